@@ -1,0 +1,74 @@
+"""The `trellis` command: `dev` (everything on one machine), `run <service>` (one service, what
+Kubernetes runs), `server --config FILE` (every service of a node from a config file)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from shared.runner import SERVICES, run_service
+from shared.settings import load_settings
+
+
+def _use_uvloop() -> None:
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop is optional off Linux
+        pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="trellis", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    dev = sub.add_parser("dev", help="start NATS and every service on this machine")
+    dev.add_argument("--root-token", default="", help="the dev root token (default: random)")
+    dev.add_argument("--data-dir", default="", help="keep data here (default: a temp dir)")
+    dev.add_argument("--secrets-addr", default="127.0.0.1:8200")
+    dev.add_argument("--workspace-addr", default="127.0.0.1:8800")
+    dev.add_argument("--scheduler-addr", default="127.0.0.1:4646")
+    dev.add_argument("--nats-url", default="", help="use this NATS instead of starting one")
+    dev.add_argument("--plugin-directory", default="")
+    dev.add_argument("--cluster-name", default="trellis")
+    dev.add_argument("--acl", action="store_true", help="turn on scheduler ACLs")
+    dev.add_argument("--log-json", action="store_true")
+    dev.add_argument("--secrets-replicas", type=int, default=1)
+    dev.add_argument("--crypto-processes", type=int, default=1)
+
+    run = sub.add_parser("run", help="run one service")
+    run.add_argument("service", choices=sorted(SERVICES))
+    run.add_argument("--nats-url", default=None)
+    run.add_argument("--config", default=None)
+    run.add_argument("--health-addr", default="0.0.0.0:9100")
+    run.add_argument("--processes", type=int, default=1, help="crypto: worker processes")
+    run.add_argument("--simulate", type=int, default=0, help="client: simulated nodes")
+    run.add_argument("--datacenter", default="dc1", help="client: datacenter")
+
+    server = sub.add_parser("server", help="run every service of a node from a config file")
+    server.add_argument("--config", required=True)
+
+    args = parser.parse_args(argv)
+    if args.command == "dev":
+        from services.dev import run_dev
+
+        sys.exit(run_dev(args))
+    if args.command == "server":
+        from services.dev import run_server
+
+        sys.exit(run_server(args.config))
+    settings = load_settings(args.config, nats_url=args.nats_url)
+    options: dict[str, object] = {}
+    if args.service == "crypto":
+        options["processes"] = args.processes
+    if args.service == "client":
+        options.update(simulate=args.simulate, datacenter=args.datacenter)
+    _use_uvloop()
+    asyncio.run(run_service(args.service, settings, health_addr=args.health_addr,
+                            options=options))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""The crypto worker process. `processes=N` starts N-1 more worker processes beside this one
+(one per core); each joins the crypto queue group and runs one op at a time off its loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+
+import structlog
+
+from services.crypto.messages import CryptoRequest, CryptoResult
+from services.crypto.ops import CryptoFailure, load_all, run_local
+from shared import subjects
+from shared.bus import Bus, CallContext
+from shared.errors import ServiceError
+from shared.settings import Settings
+
+log = structlog.get_logger("crypto")
+
+
+class CryptoService:
+    name = "crypto"
+
+    def __init__(self, bus: Bus, settings: Settings, processes: int = 1) -> None:
+        self.bus = bus
+        self.settings = settings
+        self.processes = max(1, processes)
+        self.children: list[subprocess.Popen[bytes]] = []
+        self._ready = False
+
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    async def start(self) -> None:
+        load_all()
+
+        async def handle(req: CryptoRequest, ctx: CallContext) -> CryptoResult:
+            try:
+                result = await asyncio.to_thread(run_local, req.op, req.args)
+            except CryptoFailure as exc:
+                raise ServiceError(400, str(exc)) from None
+            return CryptoResult(result=result)
+
+        # One op at a time per process: the work is CPU-bound, more would only queue in-process
+        # instead of on the bus where another worker could take it.
+        await self.bus.serve(subjects.CRYPTO.on(self.settings.cluster_name), handle,
+                             CryptoRequest, queue=subjects.CRYPTO.queue, concurrency=1)
+        for _ in range(self.processes - 1):
+            self.children.append(subprocess.Popen(
+                [sys.executable, "-m", "services.cli", "run", "crypto", "--processes", "1",
+                 "--health-addr", ""],
+                env={**os.environ, "TRELLIS_NATS_URL": self.settings.nats_url,
+                     "TRELLIS_CLUSTER_NAME": self.settings.cluster_name}))
+        self._ready = True
+
+    async def stop(self) -> None:
+        self._ready = False
+        for child in self.children:
+            with contextlib.suppress(ProcessLookupError):
+                child.terminate()
+        for child in self.children:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(child.wait, 10)

@@ -1,0 +1,161 @@
+"""One aiohttp application per API: request ids, size limits, forwarding over the bus, metrics,
+health and readiness."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import structlog
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from services.gateway import metrics
+from services.gateway.apis import ApiSpec
+from shared.bus import Bus
+from shared.errors import NoResponders, ServiceError
+from shared.messages import HttpRequest, HttpResponse
+from shared.settings import Settings
+from shared.subjects import ECHO
+
+log = structlog.get_logger("gateway")
+
+# Hop-by-hop and framing headers are the gateway's business, not the service's.
+_DROP_IN = {"host", "connection", "content-length", "transfer-encoding", "keep-alive", "upgrade"}
+_DROP_OUT = {"content-length", "transfer-encoding", "connection", "date", "server"}
+
+# How long to keep re-sending a request nobody received (a replica restarting, a rollout).
+NO_RESPONDER_GRACE = 5.0
+
+BUS = web.AppKey("bus", Bus)
+READY = web.AppKey("ready", dict)
+
+
+def _error(api: ApiSpec, status: int, message: str, request_id: str) -> web.Response:
+    body, ctype = api.format_error(status, message)
+    return web.Response(
+        status=status, body=body, headers={"Content-Type": ctype, "X-Request-Id": request_id}
+    )
+
+
+async def forward(bus: Bus, subject: str, env: HttpRequest, timeout: float, api: str
+                  ) -> HttpResponse:
+    """Send the envelope; re-send while nobody is listening (it was never delivered, so this is
+    safe even for writes), up to NO_RESPONDER_GRACE."""
+    deadline = time.monotonic() + NO_RESPONDER_GRACE
+    delay = 0.05
+    while True:
+        try:
+            return await bus.request(
+                subject, env, HttpResponse, timeout=timeout, request_id=env.request_id,
+                caller="gateway",
+            )
+        except NoResponders:
+            if time.monotonic() + delay > deadline:
+                raise
+            metrics.BUS_RETRIES.labels(api).inc()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+
+def create_app(api: ApiSpec, bus: Bus, settings: Settings, ready: dict[str, bool]) -> web.Application:
+    subject = api.subject.on(settings.cluster_name)
+    echo_subject = ECHO.on(settings.cluster_name)
+    limit = settings.max_request_bytes
+
+    @web.middleware
+    async def request_context(request: web.Request, handler):  # type: ignore[no-untyped-def]
+        rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+        request["request_id"] = rid
+        structlog.contextvars.clear_contextvars()
+        structlog.contextvars.bind_contextvars(request_id=rid, api=api.name)
+        start = time.perf_counter()
+        status = 500
+        metrics.IN_FLIGHT.labels(api.name).inc()
+        try:
+            resp = await handler(request)
+            status = resp.status
+            resp.headers["X-Request-Id"] = rid
+            return resp
+        except web.HTTPRequestEntityTooLarge:
+            status = 413
+            return _error(api, 413, f"request body exceeds the limit of {limit} bytes", rid)
+        except Exception:
+            log.exception("gateway failure")
+            return _error(api, 500, "internal error in the gateway", rid)
+        finally:
+            metrics.IN_FLIGHT.labels(api.name).dec()
+            elapsed = time.perf_counter() - start
+            metrics.REQUESTS.labels(api.name, request.method, str(status)).inc()
+            metrics.LATENCY.labels(api.name).observe(elapsed)
+            log.debug("request", method=request.method, path=request.path, status=status,
+                      ms=round(elapsed * 1000, 2))
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(_: web.Request) -> web.Response:
+        ok = ready.get("ready", False) and bus.nc.is_connected
+        return web.json_response({"ready": ok}, status=200 if ok else 503)
+
+    async def prometheus(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def echo(request: web.Request) -> web.Response:
+        body = await request.read()
+        env = HttpRequest(method=request.method, path=request.path, body=body,
+                          request_id=request["request_id"])
+        try:
+            reply = await forward(bus, echo_subject, env, settings.request_timeout, api.name)
+        except ServiceError as exc:
+            return _error(api, exc.code, exc.message, request["request_id"])
+        return web.Response(status=reply.status, body=reply.body,
+                            content_type="application/json")
+
+    async def proxy(request: web.Request) -> web.Response:
+        rid: str = request["request_id"]
+        if request.content_length is not None and request.content_length > limit:
+            return _error(api, 413, f"request body exceeds the limit of {limit} bytes", rid)
+        if (settings.require_request_header and api.request_header
+                and not any(h in request.headers for h in api.request_header)):
+            return _error(api, 412, "missing required request header X-Svc-Request", rid)
+        body = await request.read()
+        if len(body) + 64 * 1024 > bus.max_payload:
+            return _error(api, 413, f"request body of {len(body)} bytes exceeds what the bus "
+                                    f"carries ({bus.max_payload} bytes)", rid)
+        headers = {k.lower(): v for k, v in request.headers.items() if k.lower() not in _DROP_IN}
+        env = HttpRequest(
+            method=request.method,
+            path=request.raw_path.split("?", 1)[0],
+            query=request.query_string,
+            headers=headers,
+            body=body,
+            remote_addr=request.remote or "",
+            request_id=rid,
+        )
+        try:
+            reply = await forward(bus, subject, env, settings.request_timeout, api.name)
+        except ServiceError as exc:
+            if exc.code == 503:
+                msg = f"the {api.name} service is not available: no replica answered"
+            elif exc.code == 504:
+                msg = f"the {api.name} service did not answer within {settings.request_timeout:g}s"
+            else:
+                msg = exc.message
+            return _error(api, exc.code, msg, rid)
+        resp = web.Response(status=reply.status, body=reply.body)
+        for k, v in reply.headers.items():
+            if k.lower() not in _DROP_OUT:
+                resp.headers[k] = v
+        return resp
+
+    app = web.Application(client_max_size=limit, middlewares=[request_context])
+    app[BUS] = bus
+    app[READY] = ready
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", prometheus)
+    app.router.add_route("*", "/_echo", echo)
+    app.router.add_route("*", "/{tail:.*}", proxy)
+    return app

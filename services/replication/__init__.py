@@ -1,0 +1,1 @@
+"""The replication service."""

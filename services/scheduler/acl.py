@@ -1,0 +1,118 @@
+"""Nomad ACL policies: parse the HCL rules and answer "may this token do X in namespace N"."""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Any
+
+import hcl2
+
+from services.scheduler.jobspec.decode import attrs, blocks
+from services.scheduler.jobspec.hclexpr import Evaluator
+
+READ_CAPS = ["list-jobs", "parse-job", "read-job", "csi-list-volume", "csi-read-volume",
+             "read-job-scaling", "list-scaling-policies", "read-scaling-policy"]
+WRITE_CAPS = [*READ_CAPS, "submit-job", "dispatch-job", "read-logs", "read-fs",
+              "alloc-exec", "alloc-lifecycle", "csi-write-volume", "csi-mount-volume",
+              "scale-job", "submit-recommendation", "list-host-volumes", "read-host-volume"]
+POLICY_CAPS = {"deny": ["deny"], "read": READ_CAPS, "write": WRITE_CAPS,
+               "scale": ["list-scaling-policies", "read-scaling-policy", "read-job-scaling",
+                         "scale-job"]}
+LEVELS = ("deny", "read", "write")
+
+
+class PolicyError(ValueError):
+    pass
+
+
+@dataclass
+class Policy:
+    namespaces: dict[str, set[str]] = field(default_factory=dict)
+    node: str = ""
+    agent: str = ""
+    operator: str = ""
+
+
+def parse_rules(rules: str) -> Policy:
+    try:
+        top = hcl2.loads(rules)
+    except Exception as exc:
+        raise PolicyError(f"Failed to parse ACL Policy: {str(exc).splitlines()[0]}") from None
+    ev = Evaluator({})
+    pol = Policy()
+    for labels, body in blocks(top.get("namespace", []), ev):
+        if not labels:
+            raise PolicyError("Failed to parse ACL Policy: namespace needs a name")
+        a = {k: ev.value(v) for k, v in attrs(body).items()}
+        caps: set[str] = set()
+        level = a.get("policy", "")
+        if level:
+            if level not in POLICY_CAPS:
+                raise PolicyError(f"Invalid namespace policy: {labels[0]!r}")
+            caps |= set(POLICY_CAPS[level])
+        caps |= set(a.get("capabilities") or [])
+        pol.namespaces[labels[0]] = caps
+    for name in ("node", "agent", "operator"):
+        for _, body in blocks(top.get(name, []), ev):
+            level = ev.value(attrs(body).get("policy", '""'))
+            if level not in ("", *LEVELS):
+                raise PolicyError(f"Invalid {name} policy: {level!r}")
+            setattr(pol, name, level)
+    return pol
+
+
+@dataclass
+class Acl:
+    management: bool = False
+    policies: list[Policy] = field(default_factory=list)
+
+    def _ns_caps(self, namespace: str) -> set[str]:
+        exact: set[str] | None = None
+        best: tuple[int, set[str]] | None = None
+        caps: set[str] = set()
+        for p in self.policies:
+            for pattern, c in p.namespaces.items():
+                if pattern == namespace:
+                    exact = (exact or set()) | c
+                elif fnmatch.fnmatchcase(namespace, pattern):
+                    # The closest glob wins, as Nomad matches the most specific rule.
+                    score = len(pattern.replace("*", ""))
+                    if best is None or score > best[0]:
+                        best = (score, set(c))
+                    elif score == best[0]:
+                        best[1].update(c)
+        caps = exact if exact is not None else (best[1] if best else set())
+        return caps
+
+    def allow_ns(self, namespace: str, capability: str) -> bool:
+        if self.management:
+            return True
+        caps = self._ns_caps(namespace)
+        return "deny" not in caps and capability in caps
+
+    def allow_level(self, area: str, write: bool) -> bool:
+        if self.management:
+            return True
+        levels = [getattr(p, area) for p in self.policies]
+        if "deny" in levels:
+            return False
+        if write:
+            return "write" in levels
+        return "read" in levels or "write" in levels
+
+
+def acl_for(token: dict[str, Any] | None, policies: dict[str, dict[str, Any]]) -> Acl:
+    if token is None:
+        return Acl()
+    if token.get("Type") == "management":
+        return Acl(management=True)
+    out = Acl()
+    for name in token.get("Policies") or []:
+        pol = policies.get(name)
+        if pol is not None:
+            try:
+                out.policies.append(parse_rules(pol.get("Rules", "")))
+            except PolicyError:
+                continue
+    return out

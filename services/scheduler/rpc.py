@@ -1,0 +1,94 @@
+"""Client-node RPCs served by every replica: register nodes, long-poll their allocations,
+accept their allocation status updates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from services.scheduler import wire
+from services.scheduler.heartbeat import HeartbeatTracker
+from services.scheduler.state.fsm import SchedulerFSM
+from shared.bus import CallContext
+from shared.errors import ServiceError
+from shared.replog import ApplyError, ReplicatedLog
+
+MAX_ALLOCS_PER_REPLY = 2000
+
+_CLIENT_FIELDS = ("ID", "Namespace", "JobID", "JobVersion", "TaskGroup", "Name", "NodeID",
+                  "DesiredStatus", "ClientStatus", "DeploymentID", "DeploymentStatus",
+                  "ModifyIndex", "AllocModifyIndex", "EvalID")
+
+
+class ClientRpc:
+    def __init__(self, fsm: SchedulerFSM, replog: ReplicatedLog, heartbeats: HeartbeatTracker
+                 ) -> None:
+        self.fsm = fsm
+        self.replog = replog
+        self.heartbeats = heartbeats
+
+    async def _append(self, kind: str, payload: dict[str, Any]) -> int:
+        try:
+            index, _ = await self.replog.append(kind, msgspec.msgpack.encode(payload))
+        except ApplyError as exc:
+            raise ServiceError(exc.code, exc.message) from None
+        return index
+
+    async def register(self, req: wire.NodeRegister, _: CallContext) -> wire.NodeRegistered:
+        for n in req.nodes:
+            if not isinstance(n.get("ID"), str) or not n["ID"]:
+                raise ServiceError(400, "missing node ID")
+        self.heartbeats.seen([n["ID"] for n in req.nodes])
+        index = await self._append("node.register", {"nodes": req.nodes})
+        return wire.NodeRegistered(index=index, heartbeat_ttl=self.heartbeats.ttl)
+
+    async def heartbeat(self, req: wire.Heartbeat, _: CallContext) -> None:
+        self.heartbeats.seen(req.node_ids)
+
+    def _changed(self, node_ids: list[str], index: int) -> tuple[int, list[dict[str, Any]]]:
+        t = self.fsm.t
+        out = [a for n in node_ids for aid in t.allocs_by_node.get(n, ())
+               if (a := t.allocs[aid])["ModifyIndex"] > index]
+        if not out:
+            return index, []
+        out.sort(key=lambda a: a["ModifyIndex"])
+        if len(out) > MAX_ALLOCS_PER_REPLY:
+            # Cut between two indexes, so the client's next poll resumes without gaps.
+            cut = out[MAX_ALLOCS_PER_REPLY - 1]["ModifyIndex"]
+            out = [a for a in out if a["ModifyIndex"] <= cut]
+        return out[-1]["ModifyIndex"], out
+
+    async def allocs(self, req: wire.NodeAllocs, _: CallContext) -> wire.NodeAllocsReply:
+        await self.replog.barrier()
+        new_index, changed = self._changed(req.node_ids, req.index)
+        if not changed and req.wait > 0:
+            import time
+
+            deadline = time.monotonic() + req.wait
+            while not changed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                await self.replog.wait_for(self.replog.applied_index, left)
+                new_index, changed = self._changed(req.node_ids, req.index)
+        groups: dict[str, dict[str, Any]] = {}
+        slim = []
+        for a in changed:
+            gkey = f"{a['Namespace']}\x00{a['JobID']}\x00{a['JobVersion']}\x00{a['TaskGroup']}"
+            if gkey not in groups:
+                job = self.fsm.t.job_version(a["Namespace"], a["JobID"], a["JobVersion"]) or \
+                    self.fsm.t.jobs.get(f"{a['Namespace']}\x00{a['JobID']}") or {}
+                tg = next((g for g in job.get("TaskGroups") or []
+                           if g["Name"] == a["TaskGroup"]), {})
+                groups[gkey] = {"Group": tg, "JobType": job.get("Type", ""),
+                                "Meta": job.get("Meta") or {}}
+            slim.append({k: a.get(k) for k in _CLIENT_FIELDS})
+        return wire.NodeAllocsReply(index=max(new_index, req.index), allocs=slim,
+                                    groups=groups)
+
+    async def update(self, req: wire.AllocUpdate, _: CallContext) -> wire.Ok:
+        if not req.updates:
+            return wire.Ok(index=self.replog.applied_index)
+        index = await self._append("alloc.client_update", {"updates": req.updates})
+        return wire.Ok(index=index)

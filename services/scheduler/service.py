@@ -1,0 +1,225 @@
+"""The scheduler service process: the replicated state, the HTTP API, client RPCs, scheduler
+workers on every replica, and the leader's singleton duties (eval broker, heartbeat expiry)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import uuid
+from typing import Any
+
+import msgspec
+import nats.js.errors
+import structlog
+from nats.aio.msg import Msg
+from nats.js.api import KeyValueConfig, StorageType
+
+from services.scheduler import wire
+from services.scheduler.api.context import ApiContext
+from services.scheduler.api.router import Router
+from services.scheduler.broker import EvalBroker
+from services.scheduler.heartbeat import HeartbeatTracker
+from services.scheduler.rpc import ClientRpc
+from services.scheduler.state.fsm import SchedulerFSM
+from services.scheduler.worker import Worker
+from shared.bus import ERROR, Bus, decoder_for, encode
+from shared.leader import LeaderLease
+from shared.messages import BusError, HttpRequest
+from shared.replog import ReplicatedLog
+from shared.settings import Settings
+from shared.subjects import API_SCHEDULER
+
+log = structlog.get_logger("scheduler")
+
+RPC_QUEUE = "sched-rpc"
+BROKER_QUEUE = "sched-broker"
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
+
+
+class SchedulerService:
+    name = "scheduler"
+
+    def __init__(self, bus: Bus, settings: Settings, *, workers: int = 1,
+                 heartbeat_ttl: float = 10.0, lease_ttl: float = 10.0,
+                 nack_timeout: float = 60.0, acl_enabled: bool | None = None,
+                 management_token: str | None = None) -> None:
+        self.bus = bus
+        self.settings = settings
+        self.cluster = settings.cluster_name
+        self.replica_id = f"{bus.name}-{uuid.uuid4().hex[:8]}"
+        self.fsm = SchedulerFSM()
+        self.replog: ReplicatedLog | None = None
+        self.lease: LeaderLease | None = None
+        self.broker: EvalBroker | None = None
+        self.heartbeat_ttl = heartbeat_ttl
+        self.lease_ttl = lease_ttl
+        self.nack_timeout = nack_timeout
+        self.n_workers = workers
+        self.workers: list[Worker] = []
+        self.acl_enabled = _env_flag("TRELLIS_SCHEDULER_ACL") if acl_enabled is None \
+            else acl_enabled
+        self.management_token = (os.environ.get("TRELLIS_SCHEDULER_MANAGEMENT_TOKEN", "")
+                                 if management_token is None else management_token)
+        self._leader_subs: list[Any] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.ready = False
+
+    @property
+    def is_leader(self) -> bool:
+        return self.lease is not None and self.lease.is_leader
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def start(self) -> None:
+        js = self.bus.nc.jetstream()
+        self.replog = ReplicatedLog(js, f"{self.cluster}_sched", self.fsm,
+                                    replicas=self.settings.replicas,
+                                    should_snapshot=lambda: self.is_leader)
+        await self.replog.start()
+        self.heartbeats = HeartbeatTracker(self.fsm, self.replog, self.heartbeat_ttl)
+        self.fsm.on_pending.append(self._on_pending)
+        ctx = ApiContext(self.fsm, self.replog, acl_enabled=self.acl_enabled,
+                         management_token=self.management_token,
+                         advertise=self.settings.scheduler_addr)
+        self.router = Router(ctx)
+        rpc = ClientRpc(self.fsm, self.replog, self.heartbeats)
+        c = self.cluster
+        await self.bus.serve(wire.subject(c, wire.NODE_REGISTER), rpc.register,
+                             wire.NodeRegister, queue=RPC_QUEUE)
+        await self.bus.serve(wire.subject(c, wire.NODE_ALLOCS), rpc.allocs, wire.NodeAllocs,
+                             queue=RPC_QUEUE, concurrency=1024)
+        await self.bus.serve(wire.subject(c, wire.ALLOC_UPDATE), rpc.update, wire.AllocUpdate,
+                             queue=RPC_QUEUE)
+        await self.bus.serve(wire.subject(c, wire.HEARTBEAT), rpc.heartbeat, wire.Heartbeat)
+        await self.bus.serve(API_SCHEDULER.on(c), self.router.handle, HttpRequest,
+                             queue=API_SCHEDULER.queue, concurrency=self.settings.concurrency)
+        kv = await self._lease_bucket(js)
+        self.lease = LeaderLease(kv, "leader", self.replica_id, ttl=self.lease_ttl,
+                                 on_elected=self._elected, on_demoted=self._demoted)
+        await self.lease.start()
+        for i in range(self.n_workers):
+            w = Worker(self.bus, c, self.fsm, self.replog, f"{self.replica_id}-w{i}")
+            w.start()
+            self.workers.append(w)
+        self.ready = True
+        log.info("scheduler started", replica=self.replica_id, index=self.replog.applied_index)
+
+    async def _lease_bucket(self, js: Any) -> Any:
+        bucket = f"{self.cluster}_sched_leader"
+        try:
+            return await js.key_value(bucket)
+        except nats.js.errors.BucketNotFoundError:
+            try:
+                return await js.create_key_value(KeyValueConfig(
+                    bucket=bucket, history=1, storage=StorageType.FILE,
+                    replicas=self.settings.replicas))
+            except nats.js.errors.BadRequestError:
+                return await js.key_value(bucket)
+
+    async def stop(self) -> None:
+        self.ready = False
+        for w in self.workers:
+            await w.stop()
+        if self.lease is not None:
+            await self.lease.stop()
+        await self._demoted()
+        for task in list(self._tasks):
+            task.cancel()
+        if self.replog is not None:
+            await self.replog.stop()
+
+    # -- leadership
+
+    def _on_pending(self, ev: dict[str, Any]) -> None:
+        if self.broker is not None:
+            self.broker.enqueue(ev)
+
+    async def _elected(self) -> None:
+        assert self.replog is not None
+        broker = EvalBroker(nack_timeout=self.nack_timeout, on_failed=self._eval_failed,
+                            on_cancel=self._evals_canceled)
+        self.broker = broker
+        await self._serve_leader(wire.subject(self.cluster, wire.DEQUEUE), self._dequeue,
+                                 wire.Dequeue)
+        await self._serve_leader(wire.subject(self.cluster, wire.ACK), self._ack, wire.Ack)
+        with contextlib.suppress(Exception):
+            await self.replog.barrier()
+        for ev in sorted(self.fsm.t.evals.values(), key=lambda e: e["CreateIndex"]):
+            if ev["Status"] == "pending":
+                broker.enqueue(ev)
+        self.heartbeats.elected()
+        log.info("scheduler leader", replica=self.replica_id)
+
+    async def _demoted(self) -> None:
+        for sub in self._leader_subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        self._leader_subs.clear()
+        if self.broker is not None:
+            self.broker.disable()
+            self.broker = None
+        if hasattr(self, "heartbeats"):
+            await self.heartbeats.demoted()
+
+    async def _serve_leader(self, subject: str, handler: Any, kind: Any) -> None:
+        """A subscription only the leader holds (the broker lives in its memory)."""
+        dec = decoder_for(kind)
+
+        async def run(msg: Msg) -> None:
+            try:
+                reply = encode(await handler(dec.decode(msg.data)))
+                hdrs = None
+            except Exception as exc:  # answer, never raise into nats-py
+                log.warning("broker request failed", error=str(exc))
+                reply, hdrs = encode(BusError(code=500, message="broker error")), {ERROR: "1"}
+            if msg.reply:
+                with contextlib.suppress(Exception):
+                    await self.bus.nc.publish(msg.reply, reply, headers=hdrs)
+
+        async def on_msg(msg: Msg) -> None:
+            self._spawn(run(msg))
+
+        self._leader_subs.append(await self.bus.nc.subscribe(subject, queue=BROKER_QUEUE,
+                                                             cb=on_msg))
+
+    async def _dequeue(self, req: wire.Dequeue) -> wire.DequeueReply:
+        broker = self.broker
+        if broker is None:
+            return wire.DequeueReply()
+        got = await broker.dequeue(req.types, min(req.wait, 10.0))
+        if got is None:
+            return wire.DequeueReply()
+        return wire.DequeueReply(eval=got[0], token=got[1])
+
+    async def _ack(self, req: wire.Ack) -> wire.Ok:
+        if self.broker is not None:
+            if req.ok:
+                self.broker.ack(req.eval_id, req.token)
+            else:
+                self.broker.nack(req.eval_id, req.token)
+        return wire.Ok()
+
+    def _eval_failed(self, ev: dict[str, Any]) -> None:
+        failed = {**ev, "Status": "failed",
+                  "StatusDescription": "evaluation reached delivery limit (3)"}
+        self._spawn(self._write_evals([failed]))
+
+    def _evals_canceled(self, evs: list[dict[str, Any]]) -> None:
+        done = [{**self.fsm.t.evals.get(e["ID"], e), "Status": "canceled",
+                 "StatusDescription": "canceled after more recent eval was processed"}
+                for e in evs]
+        self._spawn(self._write_evals(done))
+
+    async def _write_evals(self, evs: list[dict[str, Any]]) -> None:
+        assert self.replog is not None
+        try:
+            await self.replog.append("eval.upsert", msgspec.msgpack.encode({"evals": evs}))
+        except Exception as exc:
+            log.warning("eval status write failed", error=str(exc))

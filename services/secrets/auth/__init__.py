@@ -1,0 +1,1 @@
+"""Auth methods: token, userpass, approle; their login paths answer without a token."""

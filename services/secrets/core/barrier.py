@@ -1,0 +1,137 @@
+"""The barrier: every value is encrypted with the keyring before it reaches storage, and nothing
+can be read or written while sealed. Keys (paths) stay visible, as in Vault; anything secret in a
+path (token ids, OTPs) is HMAC'd by its owner before it becomes a key."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+
+from services.secrets.errors import sealed
+from services.secrets.keyring import Keyring
+from shared.storage import CasConflict, Storage
+
+__all__ = ["Barrier", "BarrierView", "CasConflict", "children"]
+
+T = TypeVar("T")
+_json = msgspec.json.Encoder()
+
+
+def children(keys: list[str], prefix: str) -> list[str]:
+    """Vault's LIST: the immediate children of `prefix`, folders with a trailing slash."""
+    out: set[str] = set()
+    for key in keys:
+        rel = key[len(prefix):]
+        if not rel:
+            continue
+        head, sep, _ = rel.partition("/")
+        out.add(head + "/" if sep else head)
+    return sorted(out)
+
+
+class Barrier:
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self.keyring: Keyring | None = None
+
+    @property
+    def sealed(self) -> bool:
+        return self.keyring is None
+
+    def _ring(self) -> Keyring:
+        if self.keyring is None:
+            raise sealed()
+        return self.keyring
+
+    def unseal(self, keyring: Keyring) -> None:
+        self.keyring = keyring
+
+    def seal(self) -> None:
+        self.keyring = None
+
+    async def get(self, path: str) -> bytes | None:
+        ring = self._ring()
+        entry = await self.storage.get(path)
+        return None if entry is None else ring.decrypt(path, entry.value)
+
+    async def get_entry(self, path: str) -> tuple[bytes, int] | None:
+        ring = self._ring()
+        entry = await self.storage.get(path)
+        return None if entry is None else (ring.decrypt(path, entry.value), entry.revision)
+
+    async def put(self, path: str, value: bytes) -> int:
+        return await self.storage.put(path, self._ring().encrypt(path, value))
+
+    async def create(self, path: str, value: bytes) -> int:
+        return await self.storage.create(path, self._ring().encrypt(path, value))
+
+    async def update(self, path: str, value: bytes, revision: int) -> int:
+        return await self.storage.update(path, self._ring().encrypt(path, value), revision)
+
+    async def delete(self, path: str) -> None:
+        self._ring()
+        await self.storage.delete(path)
+
+    async def list(self, prefix: str) -> list[str]:
+        """Immediate children of the folder `prefix` (which ends in '/' or is empty)."""
+        self._ring()
+        return children(await self.storage.list(prefix), prefix)
+
+    async def list_all(self, prefix: str) -> list[str]:
+        """Every key below `prefix`, relative to it."""
+        self._ring()
+        return [k[len(prefix):] for k in await self.storage.list(prefix)]
+
+    def view(self, prefix: str) -> BarrierView:
+        return BarrierView(self, prefix)
+
+
+class BarrierView:
+    """The barrier seen from below a prefix: each mount gets its own."""
+
+    def __init__(self, barrier: Barrier, prefix: str) -> None:
+        self.barrier = barrier
+        self.prefix = prefix
+
+    def sub(self, prefix: str) -> BarrierView:
+        return BarrierView(self.barrier, self.prefix + prefix)
+
+    async def get(self, path: str) -> bytes | None:
+        return await self.barrier.get(self.prefix + path)
+
+    async def get_entry(self, path: str) -> tuple[bytes, int] | None:
+        return await self.barrier.get_entry(self.prefix + path)
+
+    async def put(self, path: str, value: bytes) -> int:
+        return await self.barrier.put(self.prefix + path, value)
+
+    async def create(self, path: str, value: bytes) -> int:
+        return await self.barrier.create(self.prefix + path, value)
+
+    async def update(self, path: str, value: bytes, revision: int) -> int:
+        return await self.barrier.update(self.prefix + path, value, revision)
+
+    async def delete(self, path: str) -> None:
+        await self.barrier.delete(self.prefix + path)
+
+    async def list(self, prefix: str = "") -> list[str]:
+        return await self.barrier.list(self.prefix + prefix)
+
+    async def list_all(self, prefix: str = "") -> list[str]:
+        return await self.barrier.list_all(self.prefix + prefix)
+
+    async def get_obj(self, path: str, kind: type[T]) -> T | None:
+        raw = await self.get(path)
+        return None if raw is None else msgspec.json.decode(raw, type=kind)
+
+    async def get_obj_entry(self, path: str, kind: type[T]) -> tuple[T, int] | None:
+        got = await self.get_entry(path)
+        return None if got is None else (msgspec.json.decode(got[0], type=kind), got[1])
+
+    async def put_obj(self, path: str, obj: Any) -> int:
+        return await self.put(path, _json.encode(obj))
+
+    async def delete_all(self) -> None:
+        for rel in await self.list_all():
+            await self.delete(rel)

@@ -1,0 +1,306 @@
+"""The Core: one per secrets replica. It owns the barrier and the managers and keeps each
+namespace's mount table with live backends. Changes made on one replica reach the others by an
+invalidation broadcast (and a reload after any NATS reconnect)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import msgspec
+import structlog
+
+from services.secrets import registry
+from services.secrets.core.barrier import Barrier
+from services.secrets.core.expiration import ExpirationManager, LeaseEntry
+from services.secrets.core.mounts import MountEntry, MountTable, MountTableDoc, new_entry
+from services.secrets.core.namespaces import Namespace, NamespaceStore
+from services.secrets.core.policies import PolicyStore
+from services.secrets.core.seal import SealManager
+from services.secrets.core.tokens import TokenStore
+from services.secrets.core.wrapping import WrappingManager
+from services.secrets.errors import bad_request
+from services.secrets.keyring import Keyring
+from shared import subjects
+from shared.storage import Storage
+
+if TYPE_CHECKING:
+    from services.secrets.framework.backend import Backend
+    from shared.bus import Bus
+    from shared.settings import Settings
+
+log = structlog.get_logger("core")
+
+# Mounts every namespace has; they cannot be disabled or moved.
+SYSTEM_MOUNTS = {"sys/": "system", "cubbyhole/": "cubbyhole", "auth/token/": "token"}
+
+
+class Invalidate(msgspec.Struct, kw_only=True):
+    what: str
+    origin: str
+
+
+class Core:
+    def __init__(self, bus: Bus, settings: Settings, storage: Storage,
+                 is_leader: Callable[[], bool] = lambda: True) -> None:
+        self.bus = bus
+        self.settings = settings
+        self.storage = storage
+        self.barrier = Barrier(storage)
+        self.namespaces = NamespaceStore(self.barrier)
+        self.seal = SealManager(self)
+        self.tokens = TokenStore(self)
+        self.policies = PolicyStore(self)
+        self.expiration = ExpirationManager(self, is_leader)
+        self.wrapping = WrappingManager(self)
+        self.tables: dict[str, MountTable] = {}
+        self._reload_lock = asyncio.Lock()
+        self.cluster_id = ""
+        self.dr_mode = "disabled"
+        self._sealed_sys: Backend | None = None
+
+    def replication_mode(self) -> str:
+        return self.dr_mode
+
+    def sealed_system_backend(self) -> Backend:
+        """The sys backend that answers while sealed (init, unseal, status, health)."""
+        if self._sealed_sys is None:
+            cls = registry.backend_class("system", auth=False)
+            assert cls is not None
+            self._sealed_sys = cls(self, None, self.barrier.view(""))
+        return self._sealed_sys
+
+    async def first_unseal(self, keyring: Keyring) -> str:
+        """Right after init: unseal this replica, create the cluster id, the default mounts and
+        the root token; seal again unless the seal unseals by itself."""
+        self.seal.initializing = True
+        try:
+            self.barrier.unseal(keyring)
+            view = self.barrier.view("")
+            await view.put("core/cluster-id", str(uuid.uuid4()).encode())
+            await self.post_unseal()
+            await self.ensure_initial_mounts()
+            root = await self.tokens.create_root()
+        finally:
+            self.seal.initializing = False
+        if self.seal.config is not None and self.seal.config.type != "static":
+            await self.pre_seal()
+            self.barrier.seal()
+        else:
+            await self.seal.announce_unsealed()
+        return root
+
+    # ---- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self.bus.serve(subjects.SEAL_CHANGED.on(self.settings.cluster_name),
+                             self._on_invalidate, Invalidate)
+        await self.seal.start()
+
+    async def stop(self) -> None:
+        await self.seal.stop()
+        await self.expiration.stop()
+
+    async def post_unseal(self) -> None:
+        raw = await self.barrier.view("").get("core/cluster-id")
+        self.cluster_id = raw.decode() if raw else ""
+        await self.tokens.load_salt()
+        await self.reload()
+        self.expiration.start()
+
+    async def pre_seal(self) -> None:
+        await self.expiration.stop()
+        self.tables.clear()
+        self.policies.invalidate()
+
+    async def reload(self) -> None:
+        """Re-read namespaces and mount tables (after an invalidation or a reconnect)."""
+        async with self._reload_lock:
+            await self.namespaces.load()
+            tables: dict[str, MountTable] = {}
+            for ns in list(self.namespaces.by_id.values()):
+                tables[ns.id] = await self._load_table(ns)
+            self.tables = tables
+            self.policies.invalidate()
+
+    async def broadcast_invalidate(self, what: str) -> None:
+        if what == "policies":
+            self.policies.invalidate()
+        await self.bus.publish(subjects.SEAL_CHANGED.on(self.settings.cluster_name),
+                               Invalidate(what=what, origin=self.seal.node_id))
+
+    async def _on_invalidate(self, msg: Invalidate, _ctx: object) -> None:
+        if msg.origin == self.seal.node_id or self.barrier.sealed:
+            return
+        if msg.what == "policies":
+            self.policies.invalidate()
+        else:
+            await self.reload()
+
+    # ---- mounts ---------------------------------------------------------------------------
+    def _table_key(self, auth: bool) -> str:
+        return "core/auth" if auth else "core/mounts"
+
+    async def _read_doc(self, ns: Namespace, auth: bool) -> tuple[MountTableDoc, int]:
+        got = await self.namespaces.view(ns).get_obj_entry(self._table_key(auth), MountTableDoc)
+        return got if got is not None else (MountTableDoc(), 0)
+
+    async def _load_table(self, ns: Namespace) -> MountTable:
+        table = MountTable()
+        for path, type_ in SYSTEM_MOUNTS.items():
+            entry = MountEntry(path=path, type=type_, uuid=f"{ns.id}-{type_}",
+                               accessor=f"{type_}_{ns.id}", namespace_id=ns.id,
+                               description=_SYSTEM_DESCRIPTIONS[type_])
+            table.set(entry, await self._instantiate(ns, entry))
+        for auth in (False, True):
+            doc, _ = await self._read_doc(ns, auth)
+            for entry in doc.entries:
+                try:
+                    table.set(entry, await self._instantiate(ns, entry))
+                except Exception:
+                    log.exception("cannot start mount", path=entry.path, type=entry.type)
+        return table
+
+    async def _instantiate(self, ns: Namespace, entry: MountEntry) -> Backend:
+        cls = registry.backend_class(entry.type, auth=entry.is_auth)
+        if cls is None:
+            factory = await self.plugin_backend(entry)
+            if factory is None:
+                raise bad_request(f"plugin not found in the catalog: {entry.type}")
+            return factory
+        view = self.namespaces.view(ns).sub(entry.storage_prefix())
+        backend = cls(self, entry, view)
+        await backend.initialize()
+        return backend
+
+    async def plugin_backend(self, entry: MountEntry) -> Backend | None:
+        """External plugins (the plugin catalog) hook in here."""
+        return None
+
+    def table(self, ns: Namespace) -> MountTable:
+        return self.tables.get(ns.id) or MountTable()
+
+    async def mount(self, ns: Namespace, path: str, type_: str, *, auth: bool,
+                    **kw: object) -> MountEntry:
+        full = ("auth/" if auth else "") + path.strip("/") + "/"
+        if full in SYSTEM_MOUNTS or full.startswith(("sys/", "cubbyhole/")) or \
+                (not auth and full.startswith("auth/")):
+            raise bad_request(f"cannot mount at {full!r}: the path is reserved")
+        if registry.backend_class(type_, auth=auth) is None and \
+                await self.plugin_backend(MountEntry(path=full, type=type_)) is None:
+            kind = "auth method" if auth else "secrets engine"
+            raise bad_request(f"unknown {kind} type: {type_}")
+        table = self.table(ns)
+        clash = table.conflicts(full)
+        if clash:
+            raise bad_request(f"path is already in use at {clash}")
+        entry = new_entry(full, type_, namespace_id=ns.id, **kw)
+        backend = await self._instantiate(ns, entry)
+        await self._change_doc(ns, auth, lambda doc: doc.entries.append(entry))
+        table.set(entry, backend)
+        await self.broadcast_invalidate("mounts")
+        return entry
+
+    async def _change_doc(self, ns: Namespace, auth: bool,
+                          change: Callable[[MountTableDoc], object]) -> None:
+        view = self.namespaces.view(ns)
+        key = self._table_key(auth)
+        for _ in range(50):
+            doc, rev = await self._read_doc(ns, auth)
+            change(doc)
+            data = msgspec.json.encode(doc)
+            try:
+                if rev:
+                    await view.update(key, data, rev)
+                else:
+                    await view.create(key, data)
+                return
+            except Exception:
+                await asyncio.sleep(0.01)
+        raise bad_request("the mount table is changing too fast; try again")
+
+    async def unmount(self, ns: Namespace, path: str, *, auth: bool) -> None:
+        full = ("auth/" if auth else "") + path.strip("/") + "/"
+        if full in SYSTEM_MOUNTS:
+            raise bad_request(f"cannot unmount {full!r}")
+        table = self.table(ns)
+        if full not in table.entries:
+            return
+        await self.expiration.revoke_prefix(full, force=True)
+        await self._change_doc(ns, auth, lambda doc: _drop(doc, full))
+        backend = table.remove(full)
+        if backend is not None:
+            await backend.cleanup()
+            await backend.storage.delete_all()
+        await self.broadcast_invalidate("mounts")
+
+    async def update_mount(self, ns: Namespace, entry: MountEntry) -> None:
+        def replace(doc: MountTableDoc) -> None:
+            doc.entries = [entry if e.path == entry.path else e for e in doc.entries]
+        await self._change_doc(ns, entry.is_auth, replace)
+        table = self.table(ns)
+        backend = table.backends.get(entry.path)
+        if backend is not None:
+            backend.mount = entry
+            table.set(entry, backend)
+        await self.broadcast_invalidate("mounts")
+
+    async def remount(self, ns: Namespace, src: str, dst: str) -> MountEntry:
+        table = self.table(ns)
+        src = src.strip("/") + "/"
+        dst = dst.strip("/") + "/"
+        entry = table.entries.get(src)
+        if entry is None:
+            raise bad_request(f"no mount at {src!r}")
+        if src in SYSTEM_MOUNTS or src.startswith("auth/") != dst.startswith("auth/"):
+            raise bad_request(f"cannot move {src!r} to {dst!r}")
+        clash = table.conflicts(dst)
+        if clash and clash != src:
+            raise bad_request(f"path is already in use at {clash}")
+        moved = msgspec.structs.replace(entry, path=dst)
+
+        def change(doc: MountTableDoc) -> None:
+            doc.entries = [moved if e.path == src else e for e in doc.entries]
+        await self._change_doc(ns, entry.is_auth, change)
+        backend = table.remove(src)
+        if backend is not None:
+            backend.mount = moved
+            table.set(moved, backend)
+        await self.broadcast_invalidate("mounts")
+        return moved
+
+    async def reload_namespace(self, ns: Namespace) -> None:
+        self.tables[ns.id] = await self._load_table(ns)
+        await self.broadcast_invalidate("mounts")
+
+    async def delete_namespace(self, ns: Namespace) -> None:
+        await self.namespaces.delete(ns)
+        self.tables.pop(ns.id, None)
+        await self.broadcast_invalidate("mounts")
+
+    def backend_for_lease(self, lease: LeaseEntry) -> Backend | None:
+        ns = self.namespaces.by_id.get(lease.namespace_id)
+        if ns is None:
+            return None
+        return self.table(ns).backends.get(lease.mount_path)
+
+    async def ensure_initial_mounts(self) -> None:
+        """A fresh install has a KV version 2 engine at secret/ (the seed's rule 2)."""
+        from services.secrets.core.namespaces import ROOT
+
+        with contextlib.suppress(Exception):
+            await self.mount(ROOT, "secret", "kv", auth=False, options={"version": "2"},
+                             description="key/value secret storage")
+
+
+def _drop(doc: MountTableDoc, path: str) -> None:
+    doc.entries = [e for e in doc.entries if e.path != path]
+
+
+_SYSTEM_DESCRIPTIONS = {
+    "system": "system endpoints used for control, policy and debugging",
+    "cubbyhole": "per-token private secret storage",
+    "token": "token based credentials",
+}

@@ -1,0 +1,290 @@
+"""The HTTP pipeline of the secrets service: envelope in, envelope out.
+
+parse -> seal check -> namespace -> mount -> path -> fields -> create/update -> token -> ACL ->
+handler -> leases / login tokens / wrapping -> JSON. Every failure becomes the documented status
+with an `errors` body; anything unexpected is logged and answered 500 without internals.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, unquote
+
+import msgspec
+import structlog
+
+from services.secrets.core.namespaces import ROOT
+from services.secrets.core.tokens import TokenEntry, random_b62
+from services.secrets.errors import SecretsError, bad_request, permission_denied, sealed, \
+    unsupported_operation
+from services.secrets.framework.durations import parse_duration
+from services.secrets.framework.help import help_document
+from services.secrets.framework.path import Op
+from services.secrets.framework.request import AuthSpec, Request, Response
+from shared.errors import ServiceError
+from shared.messages import HttpRequest, HttpResponse
+
+if TYPE_CHECKING:
+    from services.secrets.core.core import Core
+    from services.secrets.core.namespaces import Namespace
+    from services.secrets.framework.backend import Backend
+
+log = structlog.get_logger("secrets")
+
+JSON = {"Content-Type": "application/json"}
+_enc = msgspec.json.Encoder()
+
+# What a sealed (or uninitialised) service still answers.
+SEALED_OK = {"sys/init", "sys/seal-status", "sys/unseal", "sys/health", "sys/leader",
+             "sys/replication/dr/status", "sys/internal/specs/openapi"}
+
+_METHODS = {"GET": Op.READ, "HEAD": Op.READ, "LIST": Op.LIST, "POST": Op.UPDATE,
+            "PUT": Op.UPDATE, "DELETE": Op.DELETE, "PATCH": Op.PATCH}
+
+
+def error_response(status: int, messages: list[str]) -> HttpResponse:
+    return HttpResponse(status=status, headers=JSON, body=_enc.encode({"errors": messages}))
+
+
+def header(env: HttpRequest, *names: str) -> str:
+    for n in names:
+        v = env.headers.get(n)
+        if v:
+            return v
+    return ""
+
+
+def client_token(env: HttpRequest) -> str:
+    tok = header(env, "x-svc-token", "x-vault-token")
+    if tok:
+        return tok
+    auth = env.headers.get("authorization", "")
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip()
+    return ""
+
+
+def _parse_body(env: HttpRequest) -> dict[str, Any]:
+    if not env.body or not env.body.strip():
+        return {}
+    try:
+        data = json.loads(env.body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise bad_request(f"failed to parse JSON input: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise bad_request("failed to parse JSON input: the body must be a JSON object")
+    return data
+
+
+async def handle_http(core: Core, env: HttpRequest) -> HttpResponse:
+    try:
+        return await _handle(core, env)
+    except SecretsError as exc:
+        return error_response(exc.code, [exc.message] if exc.message else [])
+    except ServiceError as exc:
+        return error_response(exc.code, [exc.message])
+    except Exception:
+        log.exception("request failed", path=env.path, method=env.method)
+        return error_response(500, ["internal error"])
+
+
+async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
+    raw_path = unquote(env.path)
+    if not raw_path.startswith("/v1/"):
+        return error_response(404, [f"no handler for {raw_path}: every route starts with /v1/"])
+    path = raw_path[4:]
+    method = env.method.upper()
+    op = _METHODS.get(method)
+    if op is None:
+        raise unsupported_operation()
+    query = parse_qs(env.query, keep_blank_values=True)
+    want_help = query.get("help", [""])[0] in ("1", "true")
+    if op is Op.READ and query.get("list", [""])[0] in ("1", "true"):
+        op = Op.LIST
+    is_write = method in ("POST", "PUT", "PATCH")
+    data = _parse_body(env) if is_write else {
+        k: (v[0] if len(v) == 1 else v) for k, v in query.items() if k not in ("list", "help")}
+
+    # Before unseal only a few system paths answer, all in the root namespace.
+    if core.barrier.sealed:
+        if path.rstrip("/") not in SEALED_OK:
+            raise sealed()
+        ns, ns_path = ROOT, path
+    else:
+        ns, ns_path = core.namespaces.resolve(header(env, "x-svc-namespace",
+                                                     "x-vault-namespace"), path)
+
+    table = core.table(ns)
+    mount = table.match(ns_path) if not core.barrier.sealed else None
+    if core.barrier.sealed:
+        backend: Backend = core.sealed_system_backend()
+        mount_path = "sys/"
+    elif mount is None:
+        raise SecretsError(404, f"no handler for route {ns_path!r}: no mount at this path")
+    else:
+        backend = table.backends[mount.path]
+        mount_path = mount.path
+    rel = ns_path[len(mount_path):] if ns_path.startswith(mount_path) else ""
+
+    token_id = client_token(env)
+    req = Request(op=op, path=rel, mount_path=mount_path, namespace=ns, data=data,
+                  headers=env.headers, storage=backend.storage, core=core, mount=mount,
+                  client_token=token_id, request_id=env.request_id,
+                  remote_addr=env.remote_addr, query=query)
+
+    if want_help:
+        entry = await _authenticate(core, token_id)
+        if entry is None:
+            raise permission_denied()
+        doc = help_document(backend, rel, mount_path, ns)
+        return HttpResponse(status=200, headers=JSON, body=_enc.encode(doc))
+
+    routed = backend.route(rel)
+    if routed is None:
+        raise SecretsError(404, f"unsupported path: {ns_path}")
+    fields, unknown = backend.decode(routed, data)
+    if op in (Op.CREATE, Op.UPDATE):
+        op = await backend.resolve_op(routed, op, req, fields)
+        req.op = op
+    spec = backend.operation(routed, op)
+
+    if not spec.unauthenticated:
+        entry = await _authenticate(core, token_id)
+        if entry is None:
+            raise permission_denied()
+        acl_path = _acl_path(core, entry, ns, ns_path)
+        acl = await core.policies.acl(_token_ns(core, entry), entry.policies)
+        decision = acl.check(acl_path, op.capability, data if is_write else None)
+        if not decision.allowed or (spec.sudo and not decision.sudo):
+            raise permission_denied()
+        req.capabilities = frozenset(acl.capabilities(acl_path))
+        used = await core.tokens.use(entry)
+        if used is None:
+            raise permission_denied()
+        req.token = used
+    elif token_id and not core.barrier.sealed:
+        req.token = await _authenticate(core, token_id)
+
+    resp = await backend.call(routed, op, req, fields)
+    if req.token is not None and req.token.num_uses == -1:
+        await core.tokens.revoke_tree(req.token)  # that was its last use
+    if unknown and not routed.path.arbitrary_input:
+        resp.warnings.append(
+            f"Endpoint ignored these unrecognized parameters: [{' '.join(unknown)}]")
+    return await _render(core, env, req, backend, resp)
+
+
+async def _authenticate(core: Core, token_id: str) -> TokenEntry | None:
+    if not token_id:
+        return None
+    entry = await core.tokens.lookup(token_id)
+    if entry is None or entry.num_uses < 0:
+        return None
+    return entry
+
+
+def _token_ns(core: Core, entry: TokenEntry) -> Namespace:
+    return core.namespaces.by_id.get(entry.namespace_id, ROOT)
+
+
+def _acl_path(core: Core, entry: TokenEntry, ns: Namespace, ns_path: str) -> str:
+    """Policies of a token apply relative to the token's own namespace; a token cannot reach
+    outside it."""
+    tns = _token_ns(core, entry)
+    full = ns.path + ns_path
+    if not full.startswith(tns.path):
+        raise permission_denied()
+    return full[len(tns.path):]
+
+
+def _wrap_ttl(env: HttpRequest) -> int:
+    raw = header(env, "x-svc-wrap-ttl", "x-vault-wrap-ttl")
+    if not raw:
+        return 0
+    try:
+        return parse_duration(raw)
+    except ValueError:
+        raise bad_request(f"invalid wrap TTL {raw!r}") from None
+
+
+async def _render(core: Core, env: HttpRequest, req: Request, backend: Backend,
+                  resp: Response) -> HttpResponse:
+    if resp.raw is not None:
+        return HttpResponse(status=resp.raw.status, body=resp.raw.body,
+                            headers={"Content-Type": resp.raw.content_type})
+    body: dict[str, Any] = {
+        "request_id": env.request_id, "lease_id": "", "renewable": False, "lease_duration": 0,
+        "data": resp.data, "wrap_info": None, "warnings": resp.warnings or None, "auth": None,
+    }
+    if req.mount is not None:
+        body["mount_type"] = req.mount.type
+    if resp.lease is not None:
+        lease = resp.lease
+        mount_default = req.mount.config.default_lease_ttl if req.mount else 0
+        mount_max = req.mount.config.max_lease_ttl if req.mount else 0
+        default_ttl, max_ttl = core.tokens.ttl_limits(mount_default, mount_max)
+        ttl = min(lease.ttl or default_ttl, lease.max_ttl or max_ttl, max_ttl)
+        entry = await core.expiration.register(
+            path=req.full_path, namespace_id=req.namespace.id, mount_path=req.mount_path,
+            secret_type=lease.secret_type, internal=lease.internal, ttl=ttl,
+            max_ttl=lease.max_ttl or max_ttl, renewable=lease.renewable,
+            token=core.tokens.hash(req.token.id) if req.token else "")
+        body.update(lease_id=entry.lease_id, lease_duration=ttl, renewable=lease.renewable)
+    wrapped_accessor = ""
+    if isinstance(resp.auth, AuthSpec):
+        body["auth"] = await _login(core, req, resp.auth)
+        wrapped_accessor = body["auth"]["accessor"]
+    elif resp.auth is not None:
+        body["auth"] = resp.auth
+        wrapped_accessor = resp.auth.get("accessor", "")
+    body.update(resp.extra)
+    if resp.data_at_top and isinstance(resp.data, dict):
+        for k, v in resp.data.items():
+            body.setdefault(k, v)
+    wrap_ttl = _wrap_ttl(env)
+    if wrap_ttl and (resp.data is not None or body["auth"] is not None):
+        info = await core.wrapping.wrap(req.namespace, body, wrap_ttl, req.full_path,
+                                        wrapped_accessor)
+        body = {"request_id": env.request_id, "lease_id": "", "renewable": False,
+                "lease_duration": 0, "data": None, "wrap_info": info, "warnings": None,
+                "auth": None}
+    elif (resp.data is None and body["auth"] is None and not resp.warnings
+          and resp.status is None and not resp.extra):
+        return HttpResponse(status=204)
+    return HttpResponse(status=resp.status or 200, headers=JSON, body=_enc.encode(body))
+
+
+async def _login(core: Core, req: Request, spec: AuthSpec) -> dict[str, Any]:
+    """Turn a login result into a token (an orphan, as Vault's logins are)."""
+    mount = req.mount
+    default_ttl, max_ttl = core.tokens.ttl_limits(
+        mount.config.default_lease_ttl if mount else 0, mount.config.max_lease_ttl if mount else 0)
+    ttl = spec.period or min(spec.ttl or default_ttl, spec.max_ttl or max_ttl)
+    policies = sorted(set(spec.policies) | (set() if spec.no_default_policy else {"default"}))
+    if "root" in spec.policies:
+        policies = ["root"]
+    mount_type = mount.type if mount else "token"
+    entry = TokenEntry(
+        id=core.tokens.new_id(req.namespace), accessor=random_b62(), policies=policies,
+        meta=spec.metadata or None, display_name=f"{mount_type}-{spec.display_name}".rstrip("-"),
+        path=req.full_path, creation_time=time.time(), ttl=ttl,
+        explicit_max_ttl=spec.max_ttl if spec.max_ttl and not spec.period else 0,
+        period=spec.period, num_uses=spec.num_uses, renewable=spec.renewable, orphan=True,
+        namespace_id=req.namespace.id, internal={k: str(v) for k, v in spec.internal.items()},
+    )
+    await core.tokens.create(entry)
+    return auth_block(entry)
+
+
+def auth_block(entry: TokenEntry) -> dict[str, Any]:
+    return {
+        "client_token": entry.id, "accessor": entry.accessor, "policies": entry.policies,
+        "token_policies": entry.policies, "identity_policies": None,
+        "metadata": entry.meta, "lease_duration": entry.ttl, "renewable": entry.renewable,
+        "entity_id": entry.entity_id, "token_type": entry.type, "orphan": entry.orphan,
+        "mfa_requirement": None, "num_uses": max(entry.num_uses, 0),
+    }

@@ -1,0 +1,243 @@
+"""Leases and their expiry. Every lease and every expiring token has a schedule entry keyed by the
+minute it falls due; the leader (one replica, by a lease in KV) walks only the due minutes, so
+expiry does not scan everything and does not depend on the replica that issued the lease.
+
+Keys (root barrier): `sys/expire/id/<lease_id>` the lease, `sys/expire/token/<token>/<h>` the
+leases of a token, `sys/expire/at/<minute>/<unix>-<h>` the schedule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import structlog
+
+from services.secrets.core.tokens import TokenEntry, random_b62
+
+if TYPE_CHECKING:
+    from services.secrets.core.core import Core
+
+log = structlog.get_logger("expiration")
+
+MAX_REVOKE_ATTEMPTS = 6
+
+
+class LeaseEntry(msgspec.Struct, kw_only=True):
+    lease_id: str
+    path: str  # request path inside the namespace, with the mount
+    namespace_id: str
+    mount_path: str
+    secret_type: str
+    internal: dict[str, Any] = {}
+    issue_time: float
+    expire_time: float
+    last_renewal: float = 0.0
+    max_expire_time: float = 0.0
+    renewable: bool = True
+    token: str = ""  # hmac of the token that created it
+    revoke_attempts: int = 0
+
+
+class Scheduled(msgspec.Struct, kw_only=True):
+    kind: str  # "lease" or "token"
+    ref: str  # lease id, or token hmac
+    namespace_id: str = "root"
+    due: float
+
+
+def _h(value: str) -> str:
+    return hashlib.sha256(value.encode()).hexdigest()[:32]
+
+
+def _slot(due: float, ref: str) -> str:
+    return f"{int(due // 60):012d}/{int(due):012d}-{_h(ref)}"
+
+
+class ExpirationManager:
+    def __init__(self, core: Core, is_leader: Callable[[], bool] = lambda: True) -> None:
+        self.core = core
+        self.is_leader = is_leader
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+
+    @property
+    def view(self):  # type: ignore[no-untyped-def]
+        return self.core.barrier.view("sys/expire/")
+
+    # ---- registration -------------------------------------------------------------------
+    async def register(self, *, path: str, namespace_id: str, mount_path: str, secret_type: str,
+                       internal: dict[str, Any], ttl: int, max_ttl: int, renewable: bool,
+                       token: str) -> LeaseEntry:
+        now = time.time()
+        lease = LeaseEntry(
+            lease_id=f"{path.rstrip('/')}/{random_b62()}", path=path, namespace_id=namespace_id,
+            mount_path=mount_path, secret_type=secret_type, internal=internal, issue_time=now,
+            expire_time=now + ttl, max_expire_time=now + max_ttl if max_ttl else 0.0,
+            renewable=renewable, token=token,
+        )
+        await self.view.put_obj(f"id/{lease.lease_id}", lease)
+        if token:
+            await self.view.put(f"token/{token}/{_h(lease.lease_id)}", lease.lease_id.encode())
+        await self._schedule("lease", lease.lease_id, lease.expire_time, namespace_id)
+        return lease
+
+    async def _schedule(self, kind: str, ref: str, due: float, namespace_id: str) -> None:
+        await self.view.put_obj(f"at/{_slot(due, ref)}",
+                                Scheduled(kind=kind, ref=ref, namespace_id=namespace_id, due=due))
+        self._wake.set()
+
+    async def register_token(self, entry: TokenEntry) -> None:
+        if entry.expire_time:
+            await self._schedule("token", self.core.tokens.hash(entry.id), entry.expire_time,
+                                 entry.namespace_id)
+
+    async def forget_token(self, entry: TokenEntry) -> None:
+        if entry.expire_time:
+            with contextlib.suppress(Exception):
+                await self.view.delete(f"at/{_slot(entry.expire_time, self.core.tokens.hash(entry.id))}")
+
+    # ---- lookups ------------------------------------------------------------------------
+    async def get(self, lease_id: str) -> LeaseEntry | None:
+        return await self.view.get_obj(f"id/{lease_id}", LeaseEntry)
+
+    async def list_prefix(self, prefix: str) -> list[str]:
+        return await self.view.list(f"id/{prefix}")
+
+    async def all_under(self, prefix: str) -> list[str]:
+        return [prefix + k for k in await self.view.list_all(f"id/{prefix}")]
+
+    # ---- renew / revoke -----------------------------------------------------------------
+    async def renew(self, lease: LeaseEntry, increment: int) -> LeaseEntry:
+        now = time.time()
+        backend = self.core.backend_for_lease(lease)
+        ttl = increment or int(lease.expire_time - lease.issue_time)
+        if backend is not None:
+            st = backend.secret_types.get(lease.secret_type)
+            if st is not None and st.renew is not None:
+                ttl = await st.renew(lease.internal, ttl)
+        new_expire = now + ttl
+        if lease.max_expire_time:
+            new_expire = min(new_expire, lease.max_expire_time)
+        old_slot = _slot(lease.expire_time, lease.lease_id)
+        lease.expire_time = new_expire
+        lease.last_renewal = now
+        await self.view.put_obj(f"id/{lease.lease_id}", lease)
+        with contextlib.suppress(Exception):
+            await self.view.delete(f"at/{old_slot}")
+        await self._schedule("lease", lease.lease_id, new_expire, lease.namespace_id)
+        return lease
+
+    async def revoke(self, lease: LeaseEntry, *, force: bool = False) -> None:
+        """Ask the backend to revoke, then forget the lease. With force, forget it even when
+        the backend fails."""
+        backend = self.core.backend_for_lease(lease)
+        if backend is not None:
+            st = backend.secret_types.get(lease.secret_type)
+            if st is not None:
+                try:
+                    await st.revoke(lease.internal)
+                except Exception:
+                    if not force:
+                        raise
+                    log.warning("forced revoke ignored a backend failure", lease=lease.lease_id)
+        await self.view.delete(f"id/{lease.lease_id}")
+        if lease.token:
+            await self.view.delete(f"token/{lease.token}/{_h(lease.lease_id)}")
+        with contextlib.suppress(Exception):
+            await self.view.delete(f"at/{_slot(lease.expire_time, lease.lease_id)}")
+
+    async def revoke_prefix(self, prefix: str, *, force: bool = False) -> int:
+        count = 0
+        for lease_id in await self.all_under(prefix):
+            lease = await self.get(lease_id)
+            if lease is not None:
+                await self.revoke(lease, force=force)
+                count += 1
+        return count
+
+    async def revoke_by_token(self, token_hash: str) -> None:
+        for key in await self.view.list(f"token/{token_hash}/"):
+            raw = await self.view.get(f"token/{token_hash}/{key}")
+            if raw is None:
+                continue
+            lease = await self.get(raw.decode())
+            if lease is not None:
+                with contextlib.suppress(Exception):
+                    await self.revoke(lease, force=True)
+            await self.view.delete(f"token/{token_hash}/{key}")
+
+    # ---- the leader's loop --------------------------------------------------------------
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                if self.is_leader() and not self.core.barrier.sealed:
+                    await self.tick(time.time())
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("expiry pass failed")
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), 0.5)
+
+    async def tick(self, now: float) -> int:
+        """Process everything due at `now`; returns how many entries were handled."""
+        done = 0
+        current = int(now // 60)
+        minutes = sorted(m for m in await self.view.list("at/") if m.endswith("/"))
+        for minute in minutes:
+            if int(minute.rstrip("/")) > current:
+                break
+            for name in await self.view.list(f"at/{minute}"):
+                due = int(name.split("-", 1)[0])
+                if due > now:
+                    continue
+                key = f"at/{minute}{name}"
+                item = await self.view.get_obj(key, Scheduled)
+                if item is not None:
+                    await self._expire(item, now)
+                    done += 1
+                await self.view.delete(key)
+        return done
+
+    async def _expire(self, item: Scheduled, now: float) -> None:
+        if item.kind == "lease":
+            lease = await self.get(item.ref)
+            if lease is None or lease.expire_time > now:
+                return  # renewed (it has a later schedule entry) or already gone
+            try:
+                await self.revoke(lease)
+            except Exception:
+                lease.revoke_attempts += 1
+                if lease.revoke_attempts >= MAX_REVOKE_ATTEMPTS:
+                    log.error("lease is irrevocable", lease=lease.lease_id)
+                    await self.view.put_obj(f"id/{lease.lease_id}", lease)
+                    return
+                backoff = 10 * 2 ** (lease.revoke_attempts - 1)
+                await self.view.put_obj(f"id/{lease.lease_id}", lease)
+                await self._schedule("lease", lease.lease_id, now + backoff, lease.namespace_id)
+            return
+        ns = self.core.namespaces.by_id.get(item.namespace_id)
+        if ns is None:
+            return
+        tv = self.core.namespaces.view(ns).sub("sys/token/")
+        entry = await tv.get_obj(f"id/{item.ref}", TokenEntry)
+        if entry is not None and entry.expired(now):
+            await self.core.tokens.revoke_tree(entry)

@@ -1,0 +1,335 @@
+"""Init, seal and unseal, across every replica of the secrets service.
+
+Keys: a random unseal key (KEK) is Shamir-split into the shares handed out at init (not split
+when there is one share); it encrypts the root key at `core/root-key`; the root key encrypts the
+keyring at `core/keyring`. With the static seal, the configured key plays the KEK's part and
+replicas unseal themselves.
+
+Across replicas: a share submitted to one replica is broadcast to all, so progress is the
+cluster's; a sealed replica that starts while the others are unsealed gets the keyring from a peer
+(X25519-encrypted to a key it made for that request); sealing one seals all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import os
+import secrets
+import uuid
+from typing import TYPE_CHECKING
+
+import msgspec
+import structlog
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from services.secrets import shamir
+from services.secrets.errors import SecretsError, bad_request
+from services.secrets.keyring import BarrierError, Keyring, open_with, seal_with
+from shared import subjects
+from shared.errors import ServiceError
+
+if TYPE_CHECKING:
+    from services.secrets.core.core import Core
+
+log = structlog.get_logger("seal")
+
+SEAL_CONFIG = "core/seal-config"
+ROOT_KEY = "core/root-key"
+KEYRING = "core/keyring"
+
+
+class SealConfig(msgspec.Struct, kw_only=True):
+    type: str = "shamir"
+    secret_shares: int = 1
+    secret_threshold: int = 1
+
+
+class UnsealShare(msgspec.Struct, kw_only=True):
+    share: bytes
+    origin: str
+
+
+class SealNotice(msgspec.Struct, kw_only=True):
+    origin: str
+
+
+class HandoffRequest(msgspec.Struct, kw_only=True):
+    public_key: bytes
+    origin: str
+
+
+class HandoffReply(msgspec.Struct, kw_only=True):
+    public_key: bytes = b""
+    sealed_keyring: bytes = b""
+    nonce: bytes = b""
+
+
+def _handoff_key(private: X25519PrivateKey, peer_public: bytes) -> bytes:
+    shared = private.exchange(X25519PublicKey.from_public_bytes(peer_public))
+    return HKDF(hashes.SHA256(), 32, salt=None, info=b"trellis seal handoff").derive(shared)
+
+
+def decode_share(text: str) -> bytes:
+    """Vault tries hex first, then base64."""
+    text = text.strip()
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        pass
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise bad_request("the unseal key is neither hex nor base64") from None
+
+
+class SealManager:
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.node_id = uuid.uuid4().hex
+        self.config: SealConfig | None = None
+        self.shares: dict[int, bytes] = {}  # x coordinate -> share, for this attempt
+        self.nonce = ""
+        self.explicitly_sealed = False
+        self.initializing = False
+        self._lock = asyncio.Lock()
+        self._handoff_task: asyncio.Task[None] | None = None
+        self._storage = core.storage
+
+    # ---- state -------------------------------------------------------------------------
+    async def load_config(self) -> SealConfig | None:
+        entry = await self._storage.get(SEAL_CONFIG)
+        self.config = None if entry is None else msgspec.json.decode(entry.value, type=SealConfig)
+        return self.config
+
+    @property
+    def initialized(self) -> bool:
+        return self.config is not None
+
+    @property
+    def sealed(self) -> bool:
+        return self.core.barrier.sealed
+
+    @property
+    def progress(self) -> int:
+        return len(self.shares)
+
+    # ---- init --------------------------------------------------------------------------
+    async def initialize(self, shares: int, threshold: int) -> tuple[list[bytes], Keyring]:
+        """Create the keys; returns the unseal key shares (empty for the static seal)."""
+        static = self.core.settings.seal.type == "static"
+        if not static:
+            if shares < 1 or threshold < 1:
+                raise bad_request("secret_shares and secret_threshold must be at least 1")
+            if threshold > shares:
+                raise bad_request("secret_threshold cannot be larger than secret_shares")
+            if shares > 255:
+                raise bad_request("secret_shares cannot be larger than 255")
+            if shares > 1 and threshold == 1:
+                raise bad_request("secret_threshold must be greater than one for multiple shares")
+        kek = self.static_key() if static else secrets.token_bytes(32)
+        root_key = secrets.token_bytes(32)
+        keyring = Keyring.new()
+        config = SealConfig(type="static" if static else "shamir",
+                            secret_shares=0 if static else shares,
+                            secret_threshold=0 if static else threshold)
+        # The config is written last with create(): two racing inits cannot both succeed.
+        await self._storage.put(ROOT_KEY, seal_with(kek, root_key, ROOT_KEY.encode()))
+        await self._storage.put(KEYRING, seal_with(root_key, keyring.to_bytes(), KEYRING.encode()))
+        try:
+            await self._storage.create(SEAL_CONFIG, msgspec.json.encode(config))
+        except Exception:
+            raise bad_request("the secrets service is already initialized") from None
+        self.config = config
+        if static:
+            return [], keyring
+        return ([kek] if shares == 1 else shamir.split(kek, shares, threshold)), keyring
+
+    def static_key(self) -> bytes:
+        key = self.core.settings.seal.key
+        try:
+            raw = base64.b64decode(key, validate=True)
+        except (binascii.Error, ValueError):
+            raw = b""
+        if len(raw) != 32:
+            raise ServiceError(500, "the static seal key must be 32 bytes, base64-encoded")
+        return raw
+
+    async def _open_keyring(self, kek: bytes) -> Keyring:
+        root_entry = await self._storage.get(ROOT_KEY)
+        ring_entry = await self._storage.get(KEYRING)
+        if root_entry is None or ring_entry is None:
+            raise ServiceError(500, "the stored keys are missing")
+        root_key = open_with(kek, root_entry.value, ROOT_KEY.encode())
+        return Keyring.from_bytes(open_with(root_key, ring_entry.value, KEYRING.encode()))
+
+    # ---- unseal ------------------------------------------------------------------------
+    async def submit_share(self, share: bytes, *, broadcast: bool = True) -> None:
+        """Add one share; unseal when the threshold is reached. Wrong keys reset progress."""
+        async with self._lock:
+            if self.config is None:
+                await self.load_config()
+            if self.config is None:
+                raise bad_request("the secrets service is not initialized")
+            if not self.sealed:
+                return
+            if broadcast:
+                await self.core.bus.publish(
+                    subjects.SEAL_SHARE.on(self.core.settings.cluster_name),
+                    UnsealShare(share=share, origin=self.node_id),
+                )
+            threshold = self.config.secret_threshold
+            if threshold == 1 or self.config.secret_shares == 1:
+                candidates = [share]
+            else:
+                if len(share) < 2:
+                    raise bad_request("the unseal key share is too short")
+                if not self.nonce:
+                    self.nonce = str(uuid.uuid4())
+                self.shares[share[-1]] = share
+                if len(self.shares) < threshold:
+                    return
+                candidates = list(self.shares.values())
+            try:
+                kek = candidates[0] if len(candidates) == 1 else shamir.combine(candidates)
+                keyring = await self._open_keyring(kek)
+            except (BarrierError, ValueError):
+                self.reset()
+                raise bad_request("unseal failed: the key shares do not open the barrier; "
+                                  "progress was reset") from None
+            self.reset()
+            await self._unsealed(keyring)
+
+    def reset(self) -> None:
+        self.shares.clear()
+        self.nonce = ""
+
+    async def _unsealed(self, keyring: Keyring) -> None:
+        self.explicitly_sealed = False
+        self.core.barrier.unseal(keyring)
+        await self.core.post_unseal()
+        log.info("unsealed", node=self.node_id)
+
+    async def seal(self, *, broadcast: bool = True) -> None:
+        async with self._lock:
+            self.explicitly_sealed = True
+            if broadcast:
+                await self.core.bus.publish(
+                    subjects.SEAL_SEALED.on(self.core.settings.cluster_name),
+                    SealNotice(origin=self.node_id),
+                )
+            if not self.sealed:
+                await self.core.pre_seal()
+                self.core.barrier.seal()
+                log.info("sealed", node=self.node_id)
+            self.reset()
+
+    # ---- peers -------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Listen to peers, then unseal without a human where that is possible."""
+        cluster = self.core.settings.cluster_name
+        bus = self.core.bus
+
+        async def on_share(msg: UnsealShare, _ctx: object) -> None:
+            if msg.origin != self.node_id and self.sealed:
+                with contextlib.suppress(SecretsError, ServiceError):
+                    await self.submit_share(msg.share, broadcast=False)
+
+        async def on_sealed(msg: SealNotice, _ctx: object) -> None:
+            if msg.origin != self.node_id:
+                await self.seal(broadcast=False)
+
+        async def on_handoff(msg: HandoffRequest, _ctx: object) -> HandoffReply:
+            keyring = self.core.barrier.keyring
+            if keyring is None or msg.origin == self.node_id or self.initializing:
+                return HandoffReply()
+            private = X25519PrivateKey.generate()
+            key = _handoff_key(private, msg.public_key)
+            nonce = os.urandom(12)
+            return HandoffReply(
+                public_key=private.public_key().public_bytes_raw(),
+                sealed_keyring=AESGCM(key).encrypt(nonce, keyring.to_bytes(), msg.public_key),
+                nonce=nonce,
+            )
+
+        await bus.serve(subjects.SEAL_SHARE.on(cluster), on_share, UnsealShare)
+        await bus.serve(subjects.SEAL_SEALED.on(cluster), on_sealed, SealNotice)
+        # Not a queue group: a sealed replica must not be the only one asked.
+        await bus.serve(subjects.SEAL_HANDOFF.on(cluster), on_handoff, HandoffRequest)
+        await self.load_config()
+        if self.config is not None and self.config.type == "static":
+            await self._unsealed(await self._open_keyring(self.static_key()))
+            return
+        self._handoff_task = asyncio.create_task(self._join_unsealed_peers())
+
+    async def announce_unsealed(self) -> None:
+        """After an init with the static seal, peers waiting for a keyring can take ours."""
+        self.explicitly_sealed = False
+
+    async def _join_unsealed_peers(self) -> None:
+        """Ask peers for the keyring until one has it, we are unsealed by shares, or someone
+        seals the cluster on purpose."""
+        delay = 0.2
+        while self.sealed and not self.explicitly_sealed:
+            if self.config is None:
+                with contextlib.suppress(Exception):
+                    await self.load_config()
+            if self.config is not None and self.config.type == "static":
+                with contextlib.suppress(Exception):
+                    async with self._lock:
+                        if self.sealed:
+                            await self._unsealed(await self._open_keyring(self.static_key()))
+                return
+            got = await self._ask_peers() if self.config is not None else None
+            if got is not None:
+                async with self._lock:
+                    if self.sealed and not self.explicitly_sealed:
+                        await self._unsealed(got)
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    async def _ask_peers(self) -> Keyring | None:
+        private = X25519PrivateKey.generate()
+        public = private.public_key().public_bytes_raw()
+        subject = subjects.SEAL_HANDOFF.on(self.core.settings.cluster_name)
+        inbox = self.core.bus.nc.new_inbox()
+        replies: asyncio.Queue[bytes] = asyncio.Queue()
+
+        async def collect(msg: object) -> None:
+            replies.put_nowait(msg.data)  # type: ignore[attr-defined]
+
+        sub = await self.core.bus.nc.subscribe(inbox, cb=collect)
+        try:
+            await self.core.bus.nc.publish(
+                subject, msgspec.msgpack.encode(HandoffRequest(public_key=public,
+                                                               origin=self.node_id)),
+                reply=inbox,
+            )
+            deadline = asyncio.get_running_loop().time() + 0.5
+            while True:
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining <= 0:
+                    return None
+                try:
+                    data = await asyncio.wait_for(replies.get(), remaining)
+                except TimeoutError:
+                    return None
+                with contextlib.suppress(Exception):
+                    reply = msgspec.msgpack.decode(data, type=HandoffReply)
+                    if reply.sealed_keyring:
+                        key = _handoff_key(private, reply.public_key)
+                        plain = AESGCM(key).decrypt(reply.nonce, reply.sealed_keyring, public)
+                        return Keyring.from_bytes(plain)
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    async def stop(self) -> None:
+        if self._handoff_task:
+            self._handoff_task.cancel()

@@ -1,0 +1,256 @@
+"""The token store: service tokens with TTLs, use counts, parents and accessors.
+
+Token ids never appear in storage keys: entries live at `sys/token/id/<hmac(id)>`, accessors at
+`sys/token/accessor/<hmac(accessor)>`, children at `sys/token/parent/<hmac(parent)>/<hmac>`.
+Comparisons are by HMAC, so no token is compared byte by byte with user input.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import string
+import time
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from services.secrets.core.mounts import DEFAULT_LEASE_TTL, MAX_LEASE_TTL
+
+if TYPE_CHECKING:
+    from services.secrets.core.core import Core
+    from services.secrets.core.namespaces import Namespace
+
+_B62 = string.ascii_letters + string.digits
+
+
+def random_b62(n: int = 24) -> str:
+    return "".join(secrets.choice(_B62) for _ in range(n))
+
+
+class TokenEntry(msgspec.Struct, kw_only=True):
+    id: str
+    accessor: str
+    policies: list[str] = []
+    meta: dict[str, str] | None = None
+    display_name: str = "token"
+    path: str = "auth/token/create"
+    parent: str = ""  # hmac of the parent's id
+    creation_time: float = 0.0
+    ttl: int = 0  # creation TTL in seconds (0: never expires)
+    explicit_max_ttl: int = 0
+    period: int = 0
+    num_uses: int = 0
+    renewable: bool = True
+    orphan: bool = False
+    namespace_id: str = "root"
+    type: str = "service"
+    entity_id: str = ""
+    expire_time: float = 0.0  # 0: never
+    role: str = ""
+    # Data an auth method keeps with its logins (for renewal checks).
+    internal: dict[str, str] = {}
+    # "wrapping" tokens carry a wrapped response in their own storage.
+    purpose: str = ""
+
+    def is_root(self) -> bool:
+        return "root" in self.policies
+
+    def expired(self, now: float | None = None) -> bool:
+        return bool(self.expire_time) and (now or time.time()) >= self.expire_time
+
+    def remaining(self, now: float | None = None) -> int:
+        if not self.expire_time:
+            return 0
+        return max(0, int(self.expire_time - (now or time.time())))
+
+
+class TokenStore:
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.salt = b""
+
+    async def load_salt(self) -> None:
+        view = self.core.barrier.view("")
+        got = await view.get("core/salt")
+        if got is None:
+            got = secrets.token_bytes(32)
+            try:
+                await view.create("core/salt", got)
+            except Exception:
+                got = await view.get("core/salt") or got
+        self.salt = got
+
+    def hash(self, value: str) -> str:
+        return hmac.new(self.salt, value.encode(), hashlib.sha256).hexdigest()
+
+    def _view(self, namespace_id: str):  # type: ignore[no-untyped-def]
+        ns = self.core.namespaces.by_id.get(namespace_id)
+        return None if ns is None else self.core.namespaces.view(ns).sub("sys/token/")
+
+    @staticmethod
+    def namespace_of(token_id: str) -> str:
+        # hvs.<24 chars> in the root namespace, hvs.<24>.<nsid> elsewhere.
+        parts = token_id.split(".")
+        return parts[2] if len(parts) == 3 else "root"
+
+    def new_id(self, ns: Namespace) -> str:
+        base = "hvs." + random_b62()
+        return base if ns.is_root else f"{base}.{ns.id}"
+
+    # ---- write ----------------------------------------------------------------------
+    async def create(self, entry: TokenEntry) -> TokenEntry:
+        view = self._view(entry.namespace_id)
+        assert view is not None
+        entry.creation_time = entry.creation_time or time.time()
+        if entry.ttl and not entry.expire_time:
+            entry.expire_time = entry.creation_time + entry.ttl
+        key = self.hash(entry.id)
+        await view.create(f"id/{key}", msgspec.json.encode(entry))
+        await view.put_obj(f"accessor/{self.hash(entry.accessor)}", {"token": key})
+        if entry.parent:
+            await view.put(f"parent/{entry.parent}/{key}", b"")
+        if entry.expire_time:
+            await self.core.expiration.register_token(entry)
+        return entry
+
+    async def create_root(self, token_id: str = "") -> str:
+        from services.secrets.core.namespaces import ROOT
+
+        entry = TokenEntry(id=token_id or self.new_id(ROOT), accessor=random_b62(),
+                           policies=["root"], display_name="root", path="auth/token/root",
+                           orphan=True)
+        await self.create(entry)
+        return entry.id
+
+    async def save(self, entry: TokenEntry) -> None:
+        view = self._view(entry.namespace_id)
+        assert view is not None
+        await view.put_obj(f"id/{self.hash(entry.id)}", entry)
+
+    # ---- read -----------------------------------------------------------------------
+    async def lookup(self, token_id: str) -> TokenEntry | None:
+        if not token_id or len(token_id) > 256:
+            return None
+        view = self._view(self.namespace_of(token_id))
+        if view is None:
+            return None
+        entry = await view.get_obj(f"id/{self.hash(token_id)}", TokenEntry)
+        if entry is None:
+            return None
+        if entry.expired():
+            await self.revoke_tree(entry)
+            return None
+        return entry
+
+    async def lookup_accessor(self, accessor: str, namespace_id: str) -> TokenEntry | None:
+        view = self._view(namespace_id)
+        if view is None or not accessor:
+            return None
+        ref = await view.get_obj(f"accessor/{self.hash(accessor)}", dict)
+        if not ref:
+            return None
+        entry = await view.get_obj(f"id/{ref['token']}", TokenEntry)
+        if entry is None or entry.expired():
+            return None
+        return entry
+
+    async def accessors(self, namespace_id: str) -> list[str]:
+        view = self._view(namespace_id)
+        if view is None:
+            return []
+        out = []
+        for key in await view.list("id/"):
+            entry = await view.get_obj(f"id/{key}", TokenEntry)
+            if entry is not None:
+                out.append(entry.accessor)
+        return sorted(out)
+
+    async def use(self, entry: TokenEntry) -> TokenEntry | None:
+        """Count one use of a limited-use token; revoke it on the last one. Returns None when
+        the token has no uses left."""
+        if entry.num_uses <= 0:
+            return entry
+        view = self._view(entry.namespace_id)
+        assert view is not None
+        key = f"id/{self.hash(entry.id)}"
+        for _ in range(20):
+            got = await view.get_obj_entry(key, TokenEntry)
+            if got is None:
+                return None
+            current, rev = got
+            if current.num_uses <= 0:
+                return current
+            current.num_uses -= 1
+            try:
+                if current.num_uses == 0:
+                    # The last use: the token is spent; revoke after this request.
+                    current.num_uses = -1
+                await view.update(key, msgspec.json.encode(current), rev)
+                return current
+            except Exception:
+                continue
+        return None
+
+    # ---- revoke ---------------------------------------------------------------------
+    async def revoke_tree(self, entry: TokenEntry) -> None:
+        """Revoke a token, its leases, and (recursively) its children."""
+        view = self._view(entry.namespace_id)
+        if view is None:
+            return
+        key = self.hash(entry.id)
+        for child_key in await view.list(f"parent/{key}/"):
+            child = await view.get_obj(f"id/{child_key}", TokenEntry)
+            if child is not None:
+                await self.revoke_tree(child)
+            await view.delete(f"parent/{key}/{child_key}")
+        await self.revoke_one(entry)
+
+    async def revoke_orphan(self, entry: TokenEntry) -> None:
+        """Revoke only this token; its children become orphans."""
+        view = self._view(entry.namespace_id)
+        if view is None:
+            return
+        key = self.hash(entry.id)
+        for child_key in await view.list(f"parent/{key}/"):
+            child = await view.get_obj(f"id/{child_key}", TokenEntry)
+            if child is not None:
+                child.parent = ""
+                child.orphan = True
+                await self.save(child)
+            await view.delete(f"parent/{key}/{child_key}")
+        await self.revoke_one(entry)
+
+    async def revoke_one(self, entry: TokenEntry) -> None:
+        view = self._view(entry.namespace_id)
+        if view is None:
+            return
+        key = self.hash(entry.id)
+        await self.core.expiration.revoke_by_token(key)
+        await view.delete(f"id/{key}")
+        await view.delete(f"accessor/{self.hash(entry.accessor)}")
+        if entry.parent:
+            await view.delete(f"parent/{entry.parent}/{key}")
+        await self.core.expiration.forget_token(entry)
+        await self.core.wrapping.forget(key)
+
+    # ---- lifetimes --------------------------------------------------------------------
+    def ttl_limits(self, mount_default: int, mount_max: int) -> tuple[int, int]:
+        return mount_default or DEFAULT_LEASE_TTL, mount_max or MAX_LEASE_TTL
+
+    async def renew(self, entry: TokenEntry, increment: int) -> TokenEntry:
+        now = time.time()
+        _, max_ttl = self.ttl_limits(0, 0)
+        if entry.period:
+            ttl = entry.period
+        else:
+            ttl = increment or entry.ttl or DEFAULT_LEASE_TTL
+        cap_at = entry.creation_time + (entry.explicit_max_ttl or max_ttl)
+        if not entry.period or entry.explicit_max_ttl:
+            ttl = int(min(ttl, max(0, cap_at - now)))
+        entry.expire_time = now + ttl if ttl else entry.expire_time
+        entry.ttl = ttl or entry.ttl
+        await self.save(entry)
+        await self.core.expiration.register_token(entry)
+        return entry

@@ -1,0 +1,1 @@
+"""Secrets engines: kv, cubbyhole, ssh, pki, dbcloud, each mountable anywhere."""

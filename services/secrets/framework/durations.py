@@ -1,0 +1,56 @@
+"""Durations as Vault accepts them: integers are seconds; strings may be "90", "1h30m", "2.5s",
+"1d" (days are accepted as a convenience; hours are the largest unit Go's parser knows)."""
+
+from __future__ import annotations
+
+import re
+
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600,
+          "d": 86400}
+_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h|d)")
+
+
+def parse_duration(value: object) -> int:
+    """Seconds in `value`; raises ValueError naming what could not be read."""
+    if isinstance(value, bool):
+        raise ValueError(f"cannot use a boolean ({value}) as a duration")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value)
+    if not isinstance(value, str):
+        raise ValueError(f"cannot use {type(value).__name__} as a duration")
+    text = value.strip()
+    if text == "":
+        return 0
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    sign = 1
+    if text[0] in "+-":
+        sign = -1 if text[0] == "-" else 1
+        text = text[1:]
+    pos = 0
+    total = 0.0
+    for m in _PART.finditer(text):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNITS[m.group(2)]
+        pos = m.end()
+    if pos != len(text) or pos == 0:
+        raise ValueError(f"invalid duration {value!r}")
+    return sign * int(total)
+
+
+def format_duration(seconds: int) -> str:
+    """Go's time.Duration String() form, e.g. 3600 -> "1h0m0s", 0 -> "0s"."""
+    if seconds == 0:
+        return "0s"
+    sign = "-" if seconds < 0 else ""
+    s = abs(seconds)
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    if h:
+        return f"{sign}{h}h{m}m{sec}s"
+    if m:
+        return f"{sign}{m}m{sec}s"
+    return f"{sign}{sec}s"

@@ -1,0 +1,74 @@
+"""The secrets service process: storage, the core, and the bus subscriptions."""
+
+from __future__ import annotations
+
+import contextlib
+
+import structlog
+
+from services.secrets.core.core import Core
+from services.secrets.core.dispatch import handle_http
+from shared import subjects
+from shared.bus import Bus, CallContext
+from shared.leader import LeaderLease
+from shared.messages import HttpRequest, HttpResponse
+from shared.settings import Settings
+from shared.storage import JetStreamStorage
+
+log = structlog.get_logger("secrets")
+
+
+def bucket_name(settings: Settings, suffix: str) -> str:
+    return f"{settings.cluster_name}-{suffix}".replace(".", "-")
+
+
+class SecretsService:
+    name = "secrets"
+
+    def __init__(self, bus: Bus, settings: Settings) -> None:
+        self.bus = bus
+        self.settings = settings
+        self.core: Core | None = None
+        self.lease: LeaderLease | None = None
+        self._ready = False
+
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    async def start(self) -> None:
+        js = self.bus.nc.jetstream()
+        storage = await JetStreamStorage.open(js, bucket_name(self.settings, "secrets"),
+                                              replicas=self.settings.replicas)
+        leader_store = await JetStreamStorage.open(js, bucket_name(self.settings, "leader"),
+                                                   replicas=self.settings.replicas)
+        self.core = core = Core(self.bus, self.settings, storage, is_leader=self._is_leader)
+        self.lease = LeaderLease(leader_store.kv, "secrets-expiration", core.seal.node_id,
+                                 ttl=6.0)
+        await self.lease.start()
+        await core.start()
+
+        async def on_http(req: HttpRequest, ctx: CallContext) -> HttpResponse:
+            return await handle_http(core, req)
+
+        async def on_echo(req: HttpRequest, ctx: CallContext) -> HttpResponse:
+            return HttpResponse(status=200, body=b'{"echo":true}')
+
+        cluster = self.settings.cluster_name
+        await self.bus.serve(subjects.API_SECRETS.on(cluster), on_http, HttpRequest,
+                             queue=subjects.API_SECRETS.queue,
+                             concurrency=self.settings.concurrency)
+        await self.bus.serve(subjects.ECHO.on(cluster), on_echo, HttpRequest,
+                             queue=subjects.ECHO.queue, concurrency=self.settings.concurrency)
+        self._ready = True
+
+    def _is_leader(self) -> bool:
+        return self.lease is not None and self.lease.is_leader
+
+    async def stop(self) -> None:
+        self._ready = False
+        if self.core is not None:
+            await self.core.stop()
+        if self.lease is not None:
+            with contextlib.suppress(Exception):
+                await self.lease.stop()

@@ -1,0 +1,30 @@
+"""The system backend, mounted at `sys/` in every namespace."""
+
+from __future__ import annotations
+
+from services.secrets.framework.backend import Backend
+from services.secrets.framework.path import Path
+from services.secrets.system import (
+    introspection_paths,
+    lease_paths,
+    mount_paths,
+    namespace_paths,
+    policy_paths,
+    seal_paths,
+    wrapping_paths,
+)
+
+# Each module contributes `paths(core) -> list[Path]`; later issues add their own modules here.
+MODULES = [seal_paths, mount_paths, policy_paths, namespace_paths, lease_paths, wrapping_paths,
+           introspection_paths]
+
+
+class SystemBackend(Backend):
+    type_name = "system"
+    help_text = "The system backend: control, policy and debugging endpoints."
+
+    def build_paths(self) -> list[Path]:
+        out: list[Path] = []
+        for module in MODULES:
+            out += module.paths(self.core)
+        return out

@@ -1,0 +1,2 @@
+"""Code every Trellis service shares: the bus, the subject catalogue, storage, the replicated
+log, settings and logging."""

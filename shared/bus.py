@@ -1,0 +1,205 @@
+"""The bus: typed request/reply and broadcast over NATS, msgspec msgpack on the wire.
+
+Handlers are plain async functions `(request, context) -> reply`. The bus makes sure every
+request gets a reply: a ServiceError becomes a typed error reply, anything else a generic 500
+with the traceback logged (never sent). Each subscription runs at most `concurrency` handlers at
+once, and `close()` stops intake, lets in-flight handlers finish, and drains the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import msgspec
+import nats
+import nats.errors
+import structlog
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+
+from shared.errors import BusTimeout, NoResponders, ServiceError
+from shared.messages import BusError
+
+log = structlog.get_logger("bus")
+
+T = TypeVar("T")
+
+REQUEST_ID = "Trellis-Request-Id"
+CALLER = "Trellis-Caller"
+ERROR = "Trellis-Error"
+
+_encoder = msgspec.msgpack.Encoder()
+_decoders: dict[Any, msgspec.msgpack.Decoder] = {}
+_error_decoder = msgspec.msgpack.Decoder(BusError)
+
+
+def decoder_for(kind: Any) -> msgspec.msgpack.Decoder:
+    """Decoders are typed; build one per type once and reuse it."""
+    dec = _decoders.get(kind)
+    if dec is None:
+        dec = _decoders[kind] = msgspec.msgpack.Decoder(kind)
+    return dec
+
+
+def encode(obj: Any) -> bytes:
+    return _encoder.encode(obj)
+
+
+@dataclass(slots=True)
+class CallContext:
+    """What a handler knows about who asked and why; bound into every log line."""
+
+    subject: str
+    request_id: str = ""
+    caller: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+Handler = Callable[[Any, CallContext], Awaitable[Any]]
+
+
+class Bus:
+    """A NATS connection with typed request/reply, queue-group services and broadcasts."""
+
+    def __init__(self, nc: NatsClient, name: str) -> None:
+        self.nc = nc
+        self.name = name
+        self._subs: list[Any] = []
+        self._inflight: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    async def connect(cls, url: str, name: str, **options: Any) -> Bus:
+        async def on_error(err: Exception) -> None:
+            log.warning("nats error", error=str(err), client=name)
+
+        async def on_disconnect() -> None:
+            log.warning("nats disconnected", client=name)
+
+        async def on_reconnect() -> None:
+            log.info("nats reconnected", client=name)
+
+        nc = await nats.connect(
+            servers=[u.strip() for u in url.split(",")],
+            name=name,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            connect_timeout=options.pop("connect_timeout", 5),
+            error_cb=on_error,
+            disconnected_cb=on_disconnect,
+            reconnected_cb=on_reconnect,
+            **options,
+        )
+        return cls(nc, name)
+
+    @property
+    def max_payload(self) -> int:
+        return self.nc.max_payload
+
+    async def request(
+        self,
+        subject: str,
+        message: Any,
+        reply_type: type[T],
+        *,
+        timeout: float,
+        request_id: str = "",
+        caller: str = "",
+        headers: dict[str, str] | None = None,
+    ) -> T:
+        """Send a typed request and decode the typed reply; a handler's error is re-raised as a
+        ServiceError with the same code and message."""
+        hdrs = dict(headers or {})
+        hdrs[REQUEST_ID] = request_id or uuid.uuid4().hex
+        if caller:
+            hdrs[CALLER] = caller
+        try:
+            msg = await self.nc.request(subject, encode(message), timeout=timeout, headers=hdrs)
+        except nats.errors.NoRespondersError:
+            raise NoResponders(subject) from None
+        except nats.errors.TimeoutError:
+            raise BusTimeout(subject, timeout) from None
+        if msg.headers and msg.headers.get(ERROR):
+            err = _error_decoder.decode(msg.data)
+            raise ServiceError(err.code, err.message)
+        return decoder_for(reply_type).decode(msg.data)
+
+    async def publish(self, subject: str, message: Any, *, request_id: str = "") -> None:
+        """Broadcast to every subscriber (no reply)."""
+        hdrs = {REQUEST_ID: request_id} if request_id else None
+        await self.nc.publish(subject, encode(message), headers=hdrs)
+
+    async def serve(
+        self,
+        subject: str,
+        handler: Handler,
+        request_type: Any,
+        *,
+        queue: str | None = None,
+        concurrency: int = 64,
+    ) -> None:
+        """Serve `subject` (in queue group `queue`, or as a broadcast listener when None)."""
+        dec = decoder_for(request_type)
+        gate = asyncio.Semaphore(concurrency)
+
+        async def run(msg: Msg) -> None:
+            try:
+                await self._handle(msg, dec, handler)
+            finally:
+                gate.release()
+
+        async def on_message(msg: Msg) -> None:
+            # Waiting here holds back this subscription's delivery: natural backpressure.
+            await gate.acquire()
+            task = asyncio.create_task(run(msg))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+
+        sub = await self.nc.subscribe(subject, queue=queue or "", cb=on_message)
+        self._subs.append(sub)
+
+    async def _handle(self, msg: Msg, dec: msgspec.msgpack.Decoder, handler: Handler) -> None:
+        headers = dict(msg.headers or {})
+        ctx = CallContext(
+            subject=msg.subject,
+            request_id=headers.get(REQUEST_ID, ""),
+            caller=headers.get(CALLER, ""),
+            headers=headers,
+        )
+        with structlog.contextvars.bound_contextvars(request_id=ctx.request_id):
+            reply: bytes
+            error = False
+            try:
+                request = dec.decode(msg.data)
+                result = await handler(request, ctx)
+                reply = encode(result) if result is not None else b""
+            except msgspec.DecodeError as exc:
+                error, reply = True, encode(BusError(code=400, message=f"bad message: {exc}"))
+            except ServiceError as exc:
+                error, reply = True, encode(BusError(code=exc.code, message=exc.message))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("handler failed", subject=msg.subject)
+                error, reply = True, encode(BusError(code=500, message="internal error"))
+            if msg.reply:
+                with contextlib.suppress(Exception):
+                    await self.nc.publish(
+                        msg.reply, reply, headers={ERROR: "1"} if error else None
+                    )
+
+    async def close(self) -> None:
+        """Stop intake, let in-flight handlers finish, then drain and close the connection."""
+        for sub in self._subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        if self._inflight:
+            await asyncio.wait(list(self._inflight), timeout=20)
+        with contextlib.suppress(Exception):
+            await self.nc.drain()
+        with contextlib.suppress(Exception):
+            await self.nc.close()

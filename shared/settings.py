@@ -1,0 +1,88 @@
+"""Typed settings: defaults, overridden by a config file (YAML or JSON), overridden by
+environment variables `TRELLIS_<FIELD>` (nested fields joined with `__`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+
+
+class SealSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    # "shamir": unseal with key shares; "static": auto-unseal with `key` (base64, 32 bytes).
+    type: str = "shamir"
+    key: str = ""
+
+
+class KmsLibrary(msgspec.Struct, kw_only=True):
+    name: str
+    library: str
+
+
+class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    nats_url: str = "nats://127.0.0.1:4222"
+    # JetStream replica count for buckets and streams: 1 in dev, 3 on a cluster.
+    replicas: int = 1
+    # Names buckets and streams, so two clusters can share one NATS in tests.
+    cluster_name: str = "trellis"
+    secrets_addr: str = "127.0.0.1:8200"
+    workspace_addr: str = "127.0.0.1:8800"
+    scheduler_addr: str = "127.0.0.1:4646"
+    # The address clients reach the secrets API at (wrapping tokens, DR activation).
+    api_addr: str = ""
+    max_request_bytes: int = 32 * 1024 * 1024
+    request_timeout: float = 90.0
+    require_request_header: bool = False
+    log_json: bool = True
+    log_level: str = "info"
+    seal: SealSettings = msgspec.field(default_factory=SealSettings)
+    plugin_directory: str = ""
+    kms_library: list[KmsLibrary] = []
+    concurrency: int = 256
+
+
+def _coerce(value: str) -> Any:
+    low = value.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return int(value)
+    except ValueError:
+        pass
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
+def _apply_env(raw: dict[str, Any], env: dict[str, str]) -> None:
+    for name, value in env.items():
+        if not name.startswith("TRELLIS_"):
+            continue
+        parts = name[len("TRELLIS_") :].lower().split("__")
+        target = raw
+        for p in parts[:-1]:
+            target = target.setdefault(p, {})
+        target[parts[-1]] = _coerce(value)
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None,
+    env: dict[str, str] | None = None,
+    **overrides: Any,
+) -> Settings:
+    raw: dict[str, Any] = {}
+    if path:
+        text = Path(path).read_text()
+        raw = yaml.safe_load(text) or {}
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path}: expected a mapping at the top level")
+    known = {f.name for f in msgspec.structs.fields(Settings)}
+    _apply_env(raw, {k: v for k, v in (os.environ if env is None else env).items()
+                     if k.startswith("TRELLIS_") and
+                     k[len("TRELLIS_"):].lower().split("__")[0] in known})
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    return msgspec.convert(raw, Settings, strict=False)

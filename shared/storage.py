@@ -1,0 +1,265 @@
+"""The Storage interface (get, put, CAS, delete, list, watch) and its JetStream KV
+implementation. Values are opaque bytes: the secrets barrier encrypts them before they get here.
+
+Keys are slash-separated paths of any characters. NATS KV keys allow only `[-/_=.A-Za-z0-9]`
+and use `.` as the token separator, so each path segment is escaped (`=XX` per byte outside
+`[-_A-Za-z0-9]`, `=` for an empty segment) and segments are joined with `.`. Listing a prefix is
+then a server-side subject filter, not a scan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol
+
+import nats.js.errors
+from nats.js import JetStreamContext
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.kv import KeyValue
+
+_SAFE = re.compile(rb"[-_A-Za-z0-9]")
+
+
+class CasConflict(Exception):
+    """The key changed (or exists, or is gone) since the revision the writer saw."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    key: str
+    value: bytes
+    revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One change seen by a watcher; `value` is None for a delete."""
+
+    key: str
+    value: bytes | None
+    revision: int
+
+
+class Storage(Protocol):
+    async def get(self, key: str) -> Entry | None: ...
+    async def put(self, key: str, value: bytes) -> int: ...
+    async def create(self, key: str, value: bytes) -> int: ...
+    async def update(self, key: str, value: bytes, revision: int) -> int: ...
+    async def delete(self, key: str, revision: int | None = None) -> None: ...
+    async def list(self, prefix: str) -> list[str]: ...
+    def watch(self, prefix: str) -> AsyncIterator[Change]: ...
+    async def last_revision(self) -> int: ...
+
+
+def encode_key(path: str) -> str:
+    out = []
+    for seg in path.split("/"):
+        if not seg:
+            out.append("=")
+            continue
+        raw = seg.encode()
+        out.append(
+            "".join(chr(b) if _SAFE.match(bytes([b])) else f"={b:02X}" for b in raw)
+        )
+    return ".".join(out)
+
+
+def decode_key(key: str) -> str:
+    segs = []
+    for seg in key.split("."):
+        if seg == "=":
+            segs.append("")
+            continue
+        buf = bytearray()
+        i = 0
+        while i < len(seg):
+            if seg[i] == "=":
+                buf.append(int(seg[i + 1 : i + 3], 16))
+                i += 3
+            else:
+                buf.append(ord(seg[i]))
+                i += 1
+        segs.append(buf.decode())
+    return "/".join(segs)
+
+
+def _filter_for(prefix: str) -> str:
+    """The subject filter for every key whose path starts with `prefix` (a folder, ending in /,
+    or empty for all)."""
+    if not prefix:
+        return ">"
+    if not prefix.endswith("/"):
+        raise ValueError("list and watch prefixes must end in '/'")
+    return encode_key(prefix[:-1]) + ".>"
+
+
+class JetStreamStorage:
+    """Storage on one JetStream KV bucket. Its stream is the write-ahead log: the revision of a
+    write is the stream sequence, which DR replication ships as the WAL index."""
+
+    def __init__(self, kv: KeyValue, js: JetStreamContext, bucket: str) -> None:
+        self.kv = kv
+        self.js = js
+        self.bucket = bucket
+
+    @classmethod
+    async def open(
+        cls, js: JetStreamContext, bucket: str, *, replicas: int = 1, history: int = 1
+    ) -> JetStreamStorage:
+        try:
+            kv = await js.key_value(bucket)
+        except nats.js.errors.BucketNotFoundError:
+            config = KeyValueConfig(
+                bucket=bucket, history=history, replicas=replicas, storage=StorageType.FILE
+            )
+            try:
+                kv = await js.create_key_value(config)
+            except nats.js.errors.BadRequestError:
+                kv = await js.key_value(bucket)  # another replica created it first
+        return cls(kv, js, bucket)
+
+    @property
+    def stream(self) -> str:
+        return f"KV_{self.bucket}"
+
+    async def get(self, key: str) -> Entry | None:
+        try:
+            e = await self.kv.get(encode_key(key), validate_keys=False)
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        if e.value is None:
+            return None
+        return Entry(key, e.value, e.revision or 0)
+
+    async def put(self, key: str, value: bytes) -> int:
+        return await self.kv.put(encode_key(key), value, validate_keys=False)
+
+    async def create(self, key: str, value: bytes) -> int:
+        try:
+            return await self.kv.create(encode_key(key), value, validate_keys=False)
+        except nats.js.errors.KeyWrongLastSequenceError as exc:
+            raise CasConflict(key) from exc
+
+    async def update(self, key: str, value: bytes, revision: int) -> int:
+        try:
+            return await self.kv.update(encode_key(key), value, last=revision, validate_keys=False)
+        except nats.js.errors.KeyWrongLastSequenceError as exc:
+            raise CasConflict(key) from exc
+
+    async def delete(self, key: str, revision: int | None = None) -> None:
+        try:
+            # Purge (not a delete marker) so that history does not keep old ciphertexts around.
+            await self.kv.purge(encode_key(key)) if revision is None else await self.kv.delete(
+                encode_key(key), last=revision, validate_keys=False
+            )
+        except nats.js.errors.KeyWrongLastSequenceError as exc:
+            raise CasConflict(key) from exc
+
+    async def list(self, prefix: str) -> list[str]:
+        """Full paths of the keys under `prefix`, sorted."""
+        watcher = await self.kv.watch(
+            _filter_for(prefix), meta_only=True, ignore_deletes=True, inactive_threshold=30
+        )
+        keys: list[str] = []
+        try:
+            async for entry in watcher:
+                if entry is None:
+                    break
+                if entry.operation is None:
+                    keys.append(decode_key(entry.key))
+        finally:
+            with contextlib.suppress(Exception):
+                await watcher.stop()
+        keys.sort()
+        return keys
+
+    async def watch(self, prefix: str) -> AsyncIterator[Change]:
+        """Current values under `prefix`, then every change, in revision order. Yields a
+        Change with key "" once the current values have all been delivered."""
+        watcher = await self.kv.watch(_filter_for(prefix), inactive_threshold=30)
+        try:
+            async for entry in watcher:
+                if entry is None:
+                    yield Change("", None, 0)
+                    continue
+                deleted = entry.operation is not None
+                yield Change(
+                    decode_key(entry.key),
+                    None if deleted else entry.value,
+                    entry.revision or 0,
+                )
+        finally:
+            with contextlib.suppress(Exception):
+                await watcher.stop()
+
+    async def last_revision(self) -> int:
+        info = await self.js.stream_info(self.stream)
+        return info.state.last_seq
+
+
+class MemoryStorage:
+    """Storage in a dict, with the same semantics, for unit tests of pure logic."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, Entry] = {}
+        self.rev = 0
+        self._watchers: list[tuple[str, asyncio.Queue[Change]]] = []
+
+    def _bump(self, key: str, value: bytes | None) -> int:
+        self.rev += 1
+        if value is None:
+            self.data.pop(key, None)
+        else:
+            self.data[key] = Entry(key, value, self.rev)
+        for prefix, q in self._watchers:
+            if key.startswith(prefix):
+                q.put_nowait(Change(key, value, self.rev))
+        return self.rev
+
+    async def get(self, key: str) -> Entry | None:
+        return self.data.get(key)
+
+    async def put(self, key: str, value: bytes) -> int:
+        return self._bump(key, value)
+
+    async def create(self, key: str, value: bytes) -> int:
+        if key in self.data:
+            raise CasConflict(key)
+        return self._bump(key, value)
+
+    async def update(self, key: str, value: bytes, revision: int) -> int:
+        cur = self.data.get(key)
+        if (cur.revision if cur else 0) != revision:
+            raise CasConflict(key)
+        return self._bump(key, value)
+
+    async def delete(self, key: str, revision: int | None = None) -> None:
+        cur = self.data.get(key)
+        if revision is not None and (cur.revision if cur else 0) != revision:
+            raise CasConflict(key)
+        if cur is not None:
+            self._bump(key, None)
+
+    async def list(self, prefix: str) -> list[str]:
+        return sorted(k for k in self.data if k.startswith(prefix))
+
+    async def watch(self, prefix: str) -> AsyncIterator[Change]:
+        q: asyncio.Queue[Change] = asyncio.Queue()
+        for k, e in sorted(self.data.items(), key=lambda kv: kv[1].revision):
+            if k.startswith(prefix):
+                q.put_nowait(Change(k, e.value, e.revision))
+        q.put_nowait(Change("", None, 0))
+        item = (prefix, q)
+        self._watchers.append(item)
+        try:
+            while True:
+                yield await q.get()
+        finally:
+            self._watchers.remove(item)
+
+    async def last_revision(self) -> int:
+        return self.rev

