@@ -34,13 +34,13 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from services.gateway.main import Gateway  # noqa: E402
-from services.workspace.service import WorkspaceService  # noqa: E402
-from services.workspace.validate import new_id  # noqa: E402
-from shared.bus import Bus, CallContext  # noqa: E402
-from shared.messages import HttpRequest, HttpResponse  # noqa: E402
-from shared.settings import Settings  # noqa: E402
-from shared.subjects import ECHO  # noqa: E402
+from services.gateway.main import Gateway
+from services.workspace.service import WorkspaceService
+from services.workspace.validate import new_id
+from shared.bus import Bus, CallContext
+from shared.messages import HttpRequest, HttpResponse
+from shared.settings import Settings
+from shared.subjects import ECHO
 
 CT = "application/vnd.api+json"
 
@@ -55,8 +55,11 @@ def start_nats(tmp: str) -> tuple[subprocess.Popen[bytes], str]:
     conf = Path(tmp) / "nats.conf"
     conf.write_text(f'max_payload: 64MB\njetstream {{ store_dir: "{tmp}/js" }}\n')
     log = Path(tmp) / "nats.log"
-    proc = subprocess.Popen([binary, "-c", str(conf), "-a", "127.0.0.1", "-p", str(port)],
-                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [binary, "-c", str(conf), "-a", "127.0.0.1", "-p", str(port)],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 20
     while "Server is ready" not in (log.read_text(errors="replace") if log.exists() else ""):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -65,8 +68,9 @@ def start_nats(tmp: str) -> tuple[subprocess.Popen[bytes], str]:
     return proc, f"nats://127.0.0.1:{port}"
 
 
-async def run_load(n: int, concurrency: int, one: Callable[[int], Awaitable[None]]
-                   ) -> tuple[float, list[float]]:
+async def run_load(
+    n: int, concurrency: int, one: Callable[[int], Awaitable[None]]
+) -> tuple[float, list[float]]:
     """Run `one(i)` n times with `concurrency` workers: (requests per second, latencies)."""
     latencies: list[float] = []
     counter = iter(range(n))
@@ -83,8 +87,7 @@ async def run_load(n: int, concurrency: int, one: Callable[[int], Awaitable[None
 
 
 def ms(latencies: list[float], q: float) -> float:
-    return statistics.quantiles(latencies, n=100)[int(q) - 1] * 1000 if len(latencies) > 1 \
-        else 0.0
+    return statistics.quantiles(latencies, n=100)[int(q) - 1] * 1000 if len(latencies) > 1 else 0.0
 
 
 async def bench(args: argparse.Namespace) -> dict[str, Any]:
@@ -92,9 +95,14 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     proc, url = start_nats(tmp)
     admin = secrets.token_hex(16)
     cluster = "bench"
-    settings = Settings(nats_url=url, cluster_name=cluster, secrets_addr="127.0.0.1:0",
-                        workspace_addr="127.0.0.1:0", scheduler_addr="127.0.0.1:0",
-                        log_level="warning")
+    settings = Settings(
+        nats_url=url,
+        cluster_name=cluster,
+        secrets_addr="127.0.0.1:0",
+        workspace_addr="127.0.0.1:0",
+        scheduler_addr="127.0.0.1:0",
+        log_level="warning",
+    )
     buses: list[Bus] = []
     try:
         gw_bus = await Bus.connect(url, "gateway")
@@ -123,9 +131,17 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                         raise RuntimeError(f"{method} {path}: {resp.status} {raw[:300]!r}")
                     return raw
 
-            await call("POST", "/api/v2/organizations", {"data": {
-                "type": "organizations", "attributes": {"name": "bench",
-                                                        "email": "b@example.com"}}}, 201)
+            await call(
+                "POST",
+                "/api/v2/organizations",
+                {
+                    "data": {
+                        "type": "organizations",
+                        "attributes": {"name": "bench", "email": "b@example.com"},
+                    }
+                },
+                201,
+            )
             results: dict[str, Any] = {}
 
             async def echo_one(_: int) -> None:
@@ -136,8 +152,12 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             results["echo"] = {"rps": rate, "p50_ms": ms(lat, 50), "p99_ms": ms(lat, 99)}
 
             async def create_one(i: int) -> None:
-                await call("POST", "/api/v2/organizations/bench/workspaces", {"data": {
-                    "type": "workspaces", "attributes": {"name": f"created-{i}"}}}, 201)
+                await call(
+                    "POST",
+                    "/api/v2/organizations/bench/workspaces",
+                    {"data": {"type": "workspaces", "attributes": {"name": f"created-{i}"}}},
+                    201,
+                )
 
             rate, lat = await run_load(args.creates, args.concurrency, create_one)
             results["create"] = {"rps": rate, "p50_ms": ms(lat, 50), "p99_ms": ms(lat, 99)}
@@ -153,30 +173,44 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
                 batch = []
                 for i in range(start, min(todo, start + 500)):
                     env = ("prod", "stage", "dev")[i % 3]
-                    tags = [{"name": env, "new_id": new_id("tag")},
-                            {"name": f"team-{i % 10}", "new_id": new_id("tag")}]
-                    fields = {"id": new_id("ws"), "org_id": org_id,
-                              "name": f"svc-{i % 100:02d}-{env}-{i}", "tool_version": "1.9.8"}
-                    batch.append(svc.log.append("ws.create", enc.encode(
-                        {"fields": fields, "tags": tags})))
+                    tags = [
+                        {"name": env, "new_id": new_id("tag")},
+                        {"name": f"team-{i % 10}", "new_id": new_id("tag")},
+                    ]
+                    fields = {
+                        "id": new_id("ws"),
+                        "org_id": org_id,
+                        "name": f"svc-{i % 100:02d}-{env}-{i}",
+                        "tool_version": "1.9.8",
+                    }
+                    batch.append(
+                        svc.log.append("ws.create", enc.encode({"fields": fields, "tags": tags}))
+                    )
                 await asyncio.gather(*batch)
             fill = time.perf_counter() - t0
             total = len(svc.state.workspaces)
-            query = ("search%5Bname%5D=svc-1&search%5Btags%5D=prod&"
-                     "search%5Bexclude-tags%5D=team-3&page%5Bsize%5D=20&page%5Bnumber%5D=")
-            first = json.loads(await call("GET", f"/api/v2/organizations/bench/workspaces?"
-                                                 f"{query}1"))
+            query = (
+                "search%5Bname%5D=svc-1&search%5Btags%5D=prod&"
+                "search%5Bexclude-tags%5D=team-3&page%5Bsize%5D=20&page%5Bnumber%5D="
+            )
+            first = json.loads(
+                await call("GET", f"/api/v2/organizations/bench/workspaces?{query}1")
+            )
             pages = first["meta"]["pagination"]["total-pages"]
             matched = first["meta"]["pagination"]["total-count"]
 
             async def list_one(i: int) -> None:
-                await call("GET", f"/api/v2/organizations/bench/workspaces?"
-                                  f"{query}{1 + i % pages}")
+                await call("GET", f"/api/v2/organizations/bench/workspaces?{query}{1 + i % pages}")
 
             rate, lat = await run_load(args.requests, args.concurrency, list_one)
-            results["list"] = {"rps": rate, "p50_ms": ms(lat, 50), "p99_ms": ms(lat, 99),
-                               "workspaces": total, "matched": matched,
-                               "fill_per_s": max(0, todo) / fill if fill else 0}
+            results["list"] = {
+                "rps": rate,
+                "p50_ms": ms(lat, 50),
+                "p99_ms": ms(lat, 99),
+                "workspaces": total,
+                "matched": matched,
+                "fill_per_s": max(0, todo) / fill if fill else 0,
+            }
         await gw.stop()
         await svc.stop()
         return results
@@ -193,10 +227,15 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--creates", type=int, default=1000, help="workspaces created over HTTP")
-    p.add_argument("--workspaces", type=int, default=10_000,
-                   help="workspaces in the organization when the list is measured")
-    p.add_argument("--requests", type=int, default=2000,
-                   help="requests per echo and list measurement")
+    p.add_argument(
+        "--workspaces",
+        type=int,
+        default=10_000,
+        help="workspaces in the organization when the list is measured",
+    )
+    p.add_argument(
+        "--requests", type=int, default=2000, help="requests per echo and list measurement"
+    )
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     args = p.parse_args()
@@ -215,16 +254,22 @@ def main() -> None:
         print(json.dumps(res, indent=2))
         return
     echo = res["echo"]["rps"]
-    print(f"echo baseline      {echo:8.0f} req/s   p50 {res['echo']['p50_ms']:.1f} ms  "
-          f"p99 {res['echo']['p99_ms']:.1f} ms")
+    print(
+        f"echo baseline      {echo:8.0f} req/s   p50 {res['echo']['p50_ms']:.1f} ms  "
+        f"p99 {res['echo']['p99_ms']:.1f} ms"
+    )
     for key, label in (("create", "workspace create"), ("list", "filtered list")):
         r = res[key]
-        print(f"{label:<18} {r['rps']:8.0f} req/s   p50 {r['p50_ms']:.1f} ms  "
-              f"p99 {r['p99_ms']:.1f} ms   ratio to echo {r['rps'] / echo:.2f}")
+        print(
+            f"{label:<18} {r['rps']:8.0f} req/s   p50 {r['p50_ms']:.1f} ms  "
+            f"p99 {r['p99_ms']:.1f} ms   ratio to echo {r['rps'] / echo:.2f}"
+        )
     lst = res["list"]
-    print(f"list over {lst['workspaces']} workspaces, {lst['matched']} matching "
-          f"(search[name] + search[tags] + search[exclude-tags], page[size]=20); "
-          f"fill through the log {lst['fill_per_s']:.0f} entries/s")
+    print(
+        f"list over {lst['workspaces']} workspaces, {lst['matched']} matching "
+        f"(search[name] + search[tags] + search[exclude-tags], page[size]=20); "
+        f"fill through the log {lst['fill_per_s']:.0f} entries/s"
+    )
 
 
 if __name__ == "__main__":

@@ -264,7 +264,10 @@ class ReplicatedLog:
             )
             return await asyncio.wait_for(fut, self.timeout)
         except (TimeoutError, nats.errors.TimeoutError):
+            # It may still be applied later: the writer cannot tell, so say so.
             raise ApplyError(504, "the write was not confirmed in time") from None
+        except (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError):
+            raise ApplyError(503, "the log stream is unavailable") from None
         finally:
             self._pending.pop(entry.id, None)
 
@@ -283,7 +286,10 @@ class ReplicatedLog:
     async def barrier(self) -> int:
         """Wait until this replica applied everything the stream held when called (a consistent
         read); returns the applied index."""
-        last = (await self.js.stream_info(self.stream)).state.last_seq
+        try:
+            last = (await self.js.stream_info(self.stream)).state.last_seq
+        except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+            raise ApplyError(503, "the log stream is unavailable") from None
         try:
             await self._wait_applied(last, self.timeout)
         except TimeoutError:

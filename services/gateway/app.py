@@ -29,6 +29,7 @@ _DROP_OUT = {"content-length", "transfer-encoding", "connection", "date", "serve
 NO_RESPONDER_GRACE = 5.0
 
 BUS = web.AppKey("bus", Bus)
+REQUEST_ID = web.RequestKey("request_id", str) if hasattr(web, "RequestKey") else "request_id"
 READY = web.AppKey("ready", dict)
 
 
@@ -67,7 +68,7 @@ def create_app(api: ApiSpec, bus: Bus, settings: Settings, ready: dict[str, bool
     @web.middleware
     async def request_context(request: web.Request, handler):  # type: ignore[no-untyped-def]
         rid = request.headers.get("X-Request-Id") or uuid.uuid4().hex
-        request["request_id"] = rid
+        request[REQUEST_ID] = rid
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(request_id=rid, api=api.name)
         start = time.perf_counter()
@@ -105,16 +106,16 @@ def create_app(api: ApiSpec, bus: Bus, settings: Settings, ready: dict[str, bool
     async def echo(request: web.Request) -> web.Response:
         body = await request.read()
         env = HttpRequest(method=request.method, path=request.path, body=body,
-                          request_id=request["request_id"])
+                          request_id=request[REQUEST_ID])
         try:
             reply = await forward(bus, echo_subject, env, settings.request_timeout, api.name)
         except ServiceError as exc:
-            return _error(api, exc.code, exc.message, request["request_id"])
+            return _error(api, exc.code, exc.message, request[REQUEST_ID])
         return web.Response(status=reply.status, body=reply.body,
                             content_type="application/json")
 
     async def proxy(request: web.Request) -> web.Response:
-        rid: str = request["request_id"]
+        rid: str = request[REQUEST_ID]
         if request.content_length is not None and request.content_length > limit:
             return _error(api, 413, f"request body exceeds the limit of {limit} bytes", rid)
         if (settings.require_request_header and api.request_header

@@ -7,6 +7,7 @@ import contextlib
 import structlog
 from aiohttp import web
 
+from services.gateway.any_method import runner_for
 from services.gateway.apis import SCHEDULER, SECRETS, WORKSPACE
 from services.gateway.app import create_app
 from shared.bus import Bus
@@ -43,7 +44,7 @@ class Gateway:
             (SCHEDULER, self.settings.scheduler_addr),
         ):
             app = create_app(api, self.bus, self.settings, self.state)
-            runner = web.AppRunner(app, access_log=None, shutdown_timeout=20)
+            runner = runner_for(app, api is SECRETS, access_log=None, shutdown_timeout=20)
             await runner.setup()
             host, port = split_addr(addr)
             site = web.TCPSite(runner, host, port, reuse_address=True)

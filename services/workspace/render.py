@@ -123,6 +123,7 @@ def workspace(state: WorkspaceState, ws: Workspace, caps: frozenset[str]) -> dic
 
 def organization(state: WorkspaceState, org: Organization, acc: OrgAccess) -> dict[str, Any]:
     owner = acc.owner and not acc.org_token
+    passing = org.send_passing_statuses_for_untriggered_speculative_plans
     return {
         "id": org.name,
         "type": "organizations",
@@ -135,7 +136,7 @@ def organization(state: WorkspaceState, org: Organization, acc: OrgAccess) -> di
             "session-remember": org.session_remember,
             "collaborator-auth-policy": org.collaborator_auth_policy,
             "cost-estimation-enabled": org.cost_estimation_enabled,
-            "send-passing-statuses-for-untriggered-speculative-plans": org.send_passing_statuses_for_untriggered_speculative_plans,
+            "send-passing-statuses-for-untriggered-speculative-plans": passing,
             "allow-force-delete-workspaces": org.allow_force_delete_workspaces,
             "default-execution-mode": org.default_execution_mode,
             "assessments-enforced": org.assessments_enforced,

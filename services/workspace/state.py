@@ -70,11 +70,13 @@ class WorkspaceState:
         self.projects: dict[str, Project] = {}
         self.workspaces: dict[str, Workspace] = {}
         self.ws_by_name: dict[tuple[str, str], str] = {}
-        # Per organization, (name, id) kept sorted: lists are by name without sorting per read.
-        self.ws_sorted: dict[str, list[tuple[str, str]]] = {}
+        # Per organization, (name, id, lowercase name) kept sorted: lists come out by name
+        # without sorting per read, and name searches need no per-read lowercasing.
+        self.ws_sorted: dict[str, list[tuple[str, str, str]]] = {}
         self.tags: dict[str, Tag] = {}
         self.tag_by_name: dict[tuple[str, str], str] = {}
         self.tag_count: dict[str, int] = {}
+        self.tag_ws: dict[str, set[str]] = {}  # tag id -> workspace ids (tag searches)
         self.policies: dict[str, Policy] = {}
         self.policy_sets: dict[str, PolicySet] = {}
         self.versions: dict[str, PolicySetVersion] = {}
@@ -136,10 +138,12 @@ class WorkspaceState:
             self.tags[t.id] = t
             self.tag_by_name[(t.org_id, t.name)] = t.id
             self.tag_count[t.id] = 0
+            self.tag_ws[t.id] = set()
         for w in snap.workspaces:
             self._index_ws(w)
             for tid in w.tag_ids:
                 self.tag_count[tid] = self.tag_count.get(tid, 0) + 1
+                self.tag_ws.setdefault(tid, set()).add(w.id)
         self.policies = {p.id: p for p in snap.policies}
         self.policy_sets = {p.id: p for p in snap.policy_sets}
         self.versions = {v.id: v for v in snap.versions}
@@ -161,7 +165,7 @@ class WorkspaceState:
         return self.workspaces.get(wid) if wid else None
 
     def org_workspaces(self, org_id: str) -> Iterable[Workspace]:
-        for _, wid in self.ws_sorted.get(org_id, ()):
+        for _, wid, _ in self.ws_sorted.get(org_id, ()):
             yield self.workspaces[wid]
 
     def org_tags(self, org_id: str) -> list[Tag]:
@@ -184,13 +188,14 @@ class WorkspaceState:
     def _index_ws(self, w: Workspace) -> None:
         self.workspaces[w.id] = w
         self.ws_by_name[(w.org_id, w.name)] = w.id
-        bisect.insort(self.ws_sorted.setdefault(w.org_id, []), (w.name, w.id))
+        bisect.insort(self.ws_sorted.setdefault(w.org_id, []), (w.name, w.id, w.name.lower()))
 
     def _unindex_ws(self, w: Workspace) -> None:
         self.ws_by_name.pop((w.org_id, w.name), None)
         lst = self.ws_sorted.get(w.org_id, [])
-        i = bisect.bisect_left(lst, (w.name, w.id))
-        if i < len(lst) and lst[i] == (w.name, w.id):
+        key = (w.name, w.id, w.name.lower())
+        i = bisect.bisect_left(lst, key)
+        if i < len(lst) and lst[i] == key:
             lst.pop(i)
 
     def _org(self, org_id: str) -> Organization:
@@ -331,6 +336,7 @@ class WorkspaceState:
             for k in [k for k, v in table.items() if v.org_id == org.id]:
                 del table[k]
                 self.tag_count.pop(k, None)
+                self.tag_ws.pop(k, None)
         self.tag_by_name = {k: v for k, v in self.tag_by_name.items() if k[0] != org.id}
         self.versions = {
             k: v for k, v in self.versions.items() if v.policy_set_id in self.policy_sets
@@ -423,21 +429,25 @@ class WorkspaceState:
             self.tags[tag.id] = tag
             self.tag_by_name[(tag.org_id, tag.name)] = tag.id
             self.tag_count[tag.id] = 0
+            self.tag_ws[tag.id] = set()
         for tid in ids:
             if tid not in w.tag_ids:
                 w.tag_ids.append(tid)
                 self.tag_count[tid] = self.tag_count.get(tid, 0) + 1
+                self.tag_ws.setdefault(tid, set()).add(w.id)
 
     def _remove_tags(self, w: Workspace, ids: Iterable[str]) -> None:
         for tid in ids:
             if tid in w.tag_ids:
                 w.tag_ids.remove(tid)
                 self.tag_count[tid] -= 1
+                self.tag_ws[tid].discard(w.id)
                 if self.tag_count[tid] <= 0:
                     # A tag on no workspace leaves the organization's list.
                     tag = self.tags.pop(tid)
                     self.tag_by_name.pop((tag.org_id, tag.name), None)
                     del self.tag_count[tid]
+                    del self.tag_ws[tid]
 
     def _op_ws__create(self, p: dict[str, Any], t: float) -> str:
         fields = p["fields"]

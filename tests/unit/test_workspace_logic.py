@@ -19,21 +19,33 @@ from shared.replog import LogEntry
 
 def test_query_brackets_raw_or_encoded() -> None:
     assert parse_query("page%5Bsize%5D=5&search[name]=a+b") == {
-        "page[size]": "5", "search[name]": "a b"}
+        "page[size]": "5",
+        "search[name]": "a b",
+    }
     assert parse_query("") == {}
 
 
 def test_pagination_meta_and_links() -> None:
     page = Page.from_query({"page[number]": "2", "page[size]": "10"})
     assert page.slice(list(range(25))) == list(range(10, 20))
-    assert page.meta(25) == {"current-page": 2, "page-size": 10, "prev-page": 1,
-                             "next-page": 3, "total-pages": 3, "total-count": 25}
+    assert page.meta(25) == {
+        "current-page": 2,
+        "page-size": 10,
+        "prev-page": 1,
+        "next-page": 3,
+        "total-pages": 3,
+        "total-count": 25,
+    }
     links = page.links("/x", {"page[number]": "2", "search[name]": "a"}, 25)
     assert links["next"] == "/x?page%5Bnumber%5D=3&page%5Bsize%5D=10&search%5Bname%5D=a"
     assert Page(1, 20).meta(0)["total-pages"] == 1
     assert Page(1, 20).links("/x", {}, 0)["next"] is None
-    for bad in ({"page[size]": "101"}, {"page[size]": "0"}, {"page[number]": "-1"},
-                {"page[number]": "one"}):
+    for bad in (
+        {"page[size]": "101"},
+        {"page[size]": "0"},
+        {"page[number]": "-1"},
+        {"page[number]": "one"},
+    ):
         with pytest.raises(ApiError) as exc:
             Page.from_query(bad)
         assert exc.value.status == 422
@@ -64,8 +76,13 @@ def test_attrs_types_and_documents() -> None:
     with pytest.raises(ApiError):
         a.bool("n")
     assert a.str("s", nullable=True) is None
-    for body in (b"", b"[", b'{"data": 1}', b'{"data": {"type": "x"}}',
-                 b'{"data": {"type": "workspaces", "attributes": []}}'):
+    for body in (
+        b"",
+        b"[",
+        b'{"data": 1}',
+        b'{"data": {"type": "x"}}',
+        b'{"data": {"type": "workspaces", "attributes": []}}',
+    ):
         with pytest.raises(ApiError) as exc:
             data_object(body, "workspaces")
         assert exc.value.status == 422
@@ -82,17 +99,39 @@ def build() -> WorkspaceState:
 
     op("user.create", {"id": "user-o", "username": "owner"})
     op("user.create", {"id": "user-r", "username": "reader"})
-    op("org.create", {"id": "org-1", "name": "acme", "email": "a@x", "creator_user_id":
-                      "user-o", "owners_team_id": "team-own", "default_project_id": "prj-1"})
+    op(
+        "org.create",
+        {
+            "id": "org-1",
+            "name": "acme",
+            "email": "a@x",
+            "creator_user_id": "user-o",
+            "owners_team_id": "team-own",
+            "default_project_id": "prj-1",
+        },
+    )
     op("ws.create", {"fields": {"id": "ws-1", "org_id": "org-1", "name": "a"}})
     op("ws.create", {"fields": {"id": "ws-2", "org_id": "org-1", "name": "b"}})
-    op("team.create", {"id": "team-r", "org_id": "org-1", "name": "r",
-                       "user_ids": ["user-r"]})
-    op("team.create", {"id": "team-p", "org_id": "org-1", "name": "p",
-                       "organization_access": {"manage-policies": True}})
-    op("access.create", {"id": "tws-1", "team_id": "team-r", "workspace_id": "ws-1",
-                         "access": "custom", "custom": {"runs": "plan",
-                                                        "workspace-locking": True}})
+    op("team.create", {"id": "team-r", "org_id": "org-1", "name": "r", "user_ids": ["user-r"]})
+    op(
+        "team.create",
+        {
+            "id": "team-p",
+            "org_id": "org-1",
+            "name": "p",
+            "organization_access": {"manage-policies": True},
+        },
+    )
+    op(
+        "access.create",
+        {
+            "id": "tws-1",
+            "team_id": "team-r",
+            "workspace_id": "ws-1",
+            "access": "custom",
+            "custom": {"runs": "plan", "workspace-locking": True},
+        },
+    )
     return s
 
 
@@ -123,8 +162,7 @@ def test_router() -> None:
     r = Router()
     h, params, auth = r.match("GET", "/api/v2/organizations/a%20b/workspaces/x")
     assert h is not None and params == {"org": "a b", "name": "x"} and auth
-    h, params, _ = r.match("POST",
-                           "/api/v2/workspaces/ws-1/relationships/remote_state_consumers")
+    h, params, _ = r.match("POST", "/api/v2/workspaces/ws-1/relationships/remote_state_consumers")
     assert h is not None and params["id"] == "ws-1"
     h, _, allowed = r.match("PUT", "/api/v2/workspaces/ws-1")
     assert h is None and set(allowed) == {"GET", "PATCH", "DELETE"}

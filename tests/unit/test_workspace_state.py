@@ -19,22 +19,35 @@ class Machine:
 
     def __call__(self, op: str, payload: dict[str, Any], t: float = 1000.0) -> Any:
         self.index += 1
-        return self.state.apply(self.index, LogEntry(
-            type=op, payload=msgspec.msgpack.encode(payload), time=t, id=str(self.index)))
+        return self.state.apply(
+            self.index,
+            LogEntry(type=op, payload=msgspec.msgpack.encode(payload), time=t, id=str(self.index)),
+        )
 
 
 @pytest.fixture
 def m() -> Machine:
     machine = Machine()
-    machine("org.create", {"id": "org-1", "name": "acme", "email": "a@example.com",
-                           "owners_team_id": "team-own", "default_project_id": "prj-def"})
+    machine(
+        "org.create",
+        {
+            "id": "org-1",
+            "name": "acme",
+            "email": "a@example.com",
+            "owners_team_id": "team-own",
+            "default_project_id": "prj-def",
+        },
+    )
     return machine
 
 
-def ws(m: Machine, wid: str, name: str, tags: list[dict[str, str]] | None = None,
-       **fields: Any) -> str:
-    return m("ws.create", {"fields": {"id": wid, "org_id": "org-1", "name": name, **fields},
-                           "tags": tags or []})
+def ws(
+    m: Machine, wid: str, name: str, tags: list[dict[str, str]] | None = None, **fields: Any
+) -> str:
+    return m(
+        "ws.create",
+        {"fields": {"id": wid, "org_id": "org-1", "name": name, **fields}, "tags": tags or []},
+    )
 
 
 def test_unique_names_and_defaults(m: Machine) -> None:
@@ -57,8 +70,15 @@ def test_update_rename_and_vcs_merge(m: Machine) -> None:
         m("ws.update", {"id": "ws-a", "changes": {"name": "b"}})
     with pytest.raises(ApplyError):  # needs both keys on a workspace without a repository
         m("ws.update", {"id": "ws-a", "changes": {}, "vcs": {"branch": "x"}})
-    m("ws.update", {"id": "ws-a", "changes": {"name": "z"},
-                    "vcs": {"identifier": "o/r", "oauth_token_id": "ot"}}, t=2000.0)
+    m(
+        "ws.update",
+        {
+            "id": "ws-a",
+            "changes": {"name": "z"},
+            "vcs": {"identifier": "o/r", "oauth_token_id": "ot"},
+        },
+        t=2000.0,
+    )
     w = m.state.workspaces["ws-a"]
     assert w.name == "z" and w.updated_at == 2000.0 and w.vcs_repo is not None
     assert m.state.workspace_named("org-1", "z") is w
@@ -67,8 +87,10 @@ def test_update_rename_and_vcs_merge(m: Machine) -> None:
     m("ws.update", {"id": "ws-a", "changes": {}, "vcs": {"branch": "dev"}})
     assert w.vcs_repo.branch == "dev" and w.vcs_repo.identifier == "o/r"
     # Agent mode with a pool, then back to remote drops the pool.
-    m("ws.update", {"id": "ws-a", "changes": {"execution_mode": "agent",
-                                              "agent_pool_id": "apool-1"}})
+    m(
+        "ws.update",
+        {"id": "ws-a", "changes": {"execution_mode": "agent", "agent_pool_id": "apool-1"}},
+    )
     m("ws.update", {"id": "ws-a", "changes": {"execution_mode": "remote"}})
     assert w.agent_pool_id is None
 
@@ -79,8 +101,14 @@ def test_tags_counts_and_cleanup(m: Machine) -> None:
     assert m.state.tag_count == {"tag-x": 2, "tag-y": 1}
     with pytest.raises(ApplyError):
         m("ws.tags", {"id": "ws-b", "op": "add", "items": [{"id": "tag-nope"}]})
-    m("ws.tags", {"id": "ws-a", "op": "remove", "items": [{"name": "y", "new_id": "n"},
-                                                         {"name": "unknown", "new_id": "n"}]})
+    m(
+        "ws.tags",
+        {
+            "id": "ws-a",
+            "op": "remove",
+            "items": [{"name": "y", "new_id": "n"}, {"name": "unknown", "new_id": "n"}],
+        },
+    )
     assert "tag-y" not in m.state.tags  # on no workspace: gone from the organization
     m("ws.delete", {"id": "ws-a"})
     assert m.state.tag_count == {"tag-x": 1}
@@ -116,17 +144,27 @@ def test_locks(m: Machine) -> None:
 
 def test_policy_sets_rules(m: Machine) -> None:
     ws(m, "ws-a", "a")
-    m("policy.create", {"id": "pol-1", "org_id": "org-1", "name": "p", "kind": "opa",
-                        "enforcement_level": "advisory", "query": "q"})
+    m(
+        "policy.create",
+        {
+            "id": "pol-1",
+            "org_id": "org-1",
+            "name": "p",
+            "kind": "opa",
+            "enforcement_level": "advisory",
+            "query": "q",
+        },
+    )
     base = {"org_id": "org-1", "kind": "opa"}
-    m("polset.create", {"fields": {"id": "ps-1", "name": "s", **base},
-                        "policy_ids": ["pol-1"]})
+    m("polset.create", {"fields": {"id": "ps-1", "name": "s", **base}, "policy_ids": ["pol-1"]})
     assert m.state.policies["pol-1"].policy_set_ids == ["ps-1"]
     for bad in (
         {"fields": {"id": "ps-2", "name": "s", **base}},  # duplicate
         {"fields": {"id": "ps-2", "name": "t", **base}, "policy_ids": ["pol-x"]},
-        {"fields": {"id": "ps-2", "name": "t", "org_id": "org-1", "kind": "sentinel"},
-         "policy_ids": ["pol-1"]},  # kind mismatch
+        {
+            "fields": {"id": "ps-2", "name": "t", "org_id": "org-1", "kind": "sentinel"},
+            "policy_ids": ["pol-1"],
+        },  # kind mismatch
         {"fields": {"id": "ps-2", "name": "t", **base, "workspace_ids": ["ws-x"]}},
     ):
         with pytest.raises(ApplyError):
@@ -144,10 +182,26 @@ def test_policy_sets_rules(m: Machine) -> None:
 def test_snapshot_restore_round_trip(m: Machine) -> None:
     ws(m, "ws-a", "a", [{"name": "x", "new_id": "tag-x"}])
     ws(m, "ws-b", "b", [{"id": "tag-x"}])
-    m("token.create", {"id": "at-1", "kind": "organization", "owner_id": "org-1",
-                       "digest": "d1", "replace": True})
-    m("token.create", {"id": "at-2", "kind": "organization", "owner_id": "org-1",
-                       "digest": "d2", "replace": True})
+    m(
+        "token.create",
+        {
+            "id": "at-1",
+            "kind": "organization",
+            "owner_id": "org-1",
+            "digest": "d1",
+            "replace": True,
+        },
+    )
+    m(
+        "token.create",
+        {
+            "id": "at-2",
+            "kind": "organization",
+            "owner_id": "org-1",
+            "digest": "d2",
+            "replace": True,
+        },
+    )
     assert list(m.state.token_by_digest) == ["d2"]  # one organization token at a time
     other = WorkspaceState()
     other.restore(m.state.snapshot(), m.index)
@@ -168,8 +222,10 @@ def test_unknown_op_and_bad_payload(m: Machine) -> None:
 def test_org_delete_cascades(m: Machine) -> None:
     ws(m, "ws-a", "a", [{"name": "x", "new_id": "tag-x"}])
     m("team.create", {"id": "team-2", "org_id": "org-1", "name": "devs"})
-    m("token.create", {"id": "at-1", "kind": "team", "owner_id": "team-2", "digest": "d",
-                       "replace": True})
+    m(
+        "token.create",
+        {"id": "at-1", "kind": "team", "owner_id": "team-2", "digest": "d", "replace": True},
+    )
     m("org.delete", {"org_id": "org-1"})
     assert not m.state.workspaces and not m.state.tags and not m.state.teams
     assert not m.state.tokens and not m.state.org_by_name

@@ -415,8 +415,8 @@ class SchedulerFSM:
         freed = False
         for up in p["updates"]:
             old = self.t.allocs.get(up["ID"])
-            if old is None:
-                continue
+            if old is None or old["ClientStatus"] == "lost":
+                continue  # a lost allocation was already replaced; late reports don't revive it
             a = dict(old)
             for f in ("ClientStatus", "ClientDescription", "TaskStates", "NetworkStatus"):
                 if f in up:

@@ -65,6 +65,7 @@ class ExpirationManager:
         self.is_leader = is_leader
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self._stopping = False
 
     @property
     def view(self):  # type: ignore[no-untyped-def]
@@ -178,14 +179,19 @@ class ExpirationManager:
             self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        task, self._task = self._task, None
+        if task is not None:
+            # Python 3.11's wait_for can swallow a cancel that races a wake-up: the flag makes
+            # the loop end regardless.
+            self._stopping = True
+            self._wake.set()
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+                await asyncio.wait_for(asyncio.shield(task), 5)
+            self._stopping = False
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 if self.is_leader() and not self.core.barrier.sealed:
                     await self.tick(time.time())

@@ -16,6 +16,13 @@ if TYPE_CHECKING:
     from services.secrets.core.namespaces import Namespace
 
 
+# Wrapping tokens may only unwrap and look up the response they carry.
+RESPONSE_WRAPPING_POLICY = """
+path "sys/wrapping/unwrap" { capabilities = ["update"] }
+path "sys/wrapping/lookup" { capabilities = ["update"] }
+"""
+
+
 class StoredPolicy(msgspec.Struct, kw_only=True):
     name: str
     policy: str
@@ -41,12 +48,14 @@ class PolicyStore:
         got = await self._view(ns).get_obj(name, StoredPolicy)
         if got is None and name == "default":
             return StoredPolicy(name="default", policy=DEFAULT_POLICY)
+        if name == "response-wrapping":
+            return StoredPolicy(name=name, policy=RESPONSE_WRAPPING_POLICY)
         return got
 
     async def write(self, ns: Namespace, name: str, text: str) -> None:
         name = name.lower()
-        if name == "root":
-            raise bad_request("cannot update the root policy")
+        if name in ("root", "response-wrapping"):
+            raise bad_request(f"cannot update the {name} policy")
         try:
             parse_policy(text, name)
         except PolicyError as exc:

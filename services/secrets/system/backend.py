@@ -9,6 +9,7 @@ from services.secrets.system import (
     lease_paths,
     mount_paths,
     namespace_paths,
+    password_policy_paths,
     policy_paths,
     seal_paths,
     wrapping_paths,
@@ -16,7 +17,7 @@ from services.secrets.system import (
 
 # Each module contributes `paths(core) -> list[Path]`; later issues add their own modules here.
 MODULES = [seal_paths, mount_paths, policy_paths, namespace_paths, lease_paths, wrapping_paths,
-           introspection_paths]
+           introspection_paths, password_policy_paths]
 
 
 class SystemBackend(Backend):

@@ -66,8 +66,8 @@ async def show(r: Req) -> HttpResponse:
 
 def _owner(r: Req) -> tuple[Any, Any]:
     org, acc = r.org(r.params["org"])
-    if not acc.owner:
-        raise not_found("organization")
+    if not acc.owner or acc.org_token:
+        raise not_found("organization")  # settings and deletion: the owners team only
     return org, acc
 
 

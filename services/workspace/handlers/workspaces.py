@@ -315,24 +315,30 @@ def filter_workspaces(r: Req, org_id: str) -> list[tuple[Workspace, frozenset[st
     want_tags = csv(q.get("search[tags]"))
     not_tags = csv(q.get("search[exclude-tags]"))
     project = q.get("filter[project][id]")
-    want_ids: set[str] = set()
-    for t in want_tags:
+    # Tag searches narrow by the tag -> workspaces index before anything is looked at.
+    cand: set[str] | None = None
+    for t in sorted(
+        want_tags, key=lambda t: len(state.tag_ws.get(state.tag_by_name.get((org_id, t), ""), ()))
+    ):
         tid = state.tag_by_name.get((org_id, t))
         if tid is None:
             return []  # a tag nobody has: nothing can match them all
-        want_ids.add(tid)
-    not_ids = {state.tag_by_name[(org_id, t)] for t in not_tags if (org_id, t) in state.tag_by_name}
+        cand = set(state.tag_ws[tid]) if cand is None else cand & state.tag_ws[tid]
+    excluded: set[str] = set()
+    for t in not_tags:
+        tid = state.tag_by_name.get((org_id, t))
+        if tid is not None:
+            excluded |= state.tag_ws[tid]
     out = []
-    for ws in state.org_workspaces(org_id):
-        if name and name not in ws.name.lower():
+    for _, wid, lower in state.ws_sorted.get(org_id, ()):
+        if name and name not in lower:
             continue
+        if (cand is not None and wid not in cand) or wid in excluded:
+            continue
+        ws = state.workspaces[wid]
         if wildcard and not fnmatch.fnmatchcase(ws.name, wildcard):
             continue
         if project and ws.project_id != project:
-            continue
-        if want_ids and not want_ids.issubset(ws.tag_ids):
-            continue
-        if not_ids and not not_ids.isdisjoint(ws.tag_ids):
             continue
         caps = caps_of(ws)
         if "read-runs" in caps:

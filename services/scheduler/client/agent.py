@@ -1,0 +1,239 @@
+"""The client agent: registers one or many (simulated) nodes, heartbeats for them, long-polls
+their allocations and runs them, and sends allocation updates back in batches."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import platform
+import socket
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from services.scheduler import wire
+from services.scheduler.client.allocrunner import AllocRunner
+from services.scheduler.client.drivers import Driver, MockDriver, RawExecDriver
+from shared.bus import Bus
+from shared.errors import ServiceError
+from shared.settings import Settings
+
+log = structlog.get_logger("scheduler.client")
+
+FLUSH_EVERY = 0.1
+UPDATE_BATCH = 500
+
+
+@dataclass
+class NodeConfig:
+    name: str = ""
+    datacenter: str = "dc1"
+    node_pool: str = "default"
+    node_class: str = ""
+    cpu: int = 4 * 3500
+    memory_mb: int = 8192
+    disk_mb: int = 100 * 1024
+    meta: dict[str, str] = field(default_factory=dict)
+    drivers: tuple[str, ...] = ("raw_exec", "mock")
+    data_dir: str = ""
+
+
+def build_node(cfg: NodeConfig, node_id: str, name: str) -> dict[str, Any]:
+    drivers = {}
+    attrs = {"kernel.name": platform.system().lower(), "arch": platform.machine(),
+             "os.name": platform.system().lower(), "nomad.version": "1.8.0",
+             "unique.hostname": name, "cpu.numcores": str(os.cpu_count() or 1),
+             "memory.totalbytes": str(cfg.memory_mb * 1024 * 1024)}
+    for d in cfg.drivers:
+        for alias in (d, "mock_driver") if d == "mock" else (d,):
+            drivers[alias] = {"Detected": True, "Healthy": True,
+                              "HealthDescription": "Healthy", "Attributes": None}
+            attrs[f"driver.{alias}"] = "1"
+    return {
+        "ID": node_id, "SecretID": str(uuid.uuid4()), "Name": name,
+        "Datacenter": cfg.datacenter, "NodeClass": cfg.node_class, "NodePool": cfg.node_pool,
+        "Status": "ready", "StatusDescription": "", "SchedulingEligibility": "eligible",
+        "Drain": False, "Drivers": drivers, "Attributes": attrs, "Meta": dict(cfg.meta),
+        "NodeResources": {"Cpu": {"CpuShares": cfg.cpu}, "Memory": {"MemoryMB": cfg.memory_mb},
+                          "Disk": {"DiskMB": cfg.disk_mb}, "Networks": None},
+        "ReservedResources": {"Cpu": {"CpuShares": 100}, "Memory": {"MemoryMB": 256},
+                              "Disk": {"DiskMB": 0}},
+        "HTTPAddr": "127.0.0.1:4646", "TLSEnabled": False, "Events": None,
+        "HostVolumes": None, "LastDrain": None,
+    }
+
+
+class ClientAgent:
+    def __init__(self, bus: Bus, settings: Settings, node_config: NodeConfig | None = None,
+                 *, simulate: int = 0) -> None:
+        self.bus = bus
+        self.cluster = settings.cluster_name
+        self.cfg = node_config or NodeConfig()
+        self.data_dir = self.cfg.data_dir or tempfile.mkdtemp(prefix="trellis-client-")
+        base = self.cfg.name or socket.gethostname()
+        count = max(simulate, 1)
+        self.nodes: dict[str, dict[str, Any]] = {}
+        for i in range(count):
+            nid = str(uuid.uuid4())
+            name = base if count == 1 else f"{base}-{i}"
+            self.nodes[nid] = build_node(self.cfg, nid, name)
+        all_drivers: dict[str, Driver] = {"raw_exec": RawExecDriver(), "mock": MockDriver()}
+        self.drivers: dict[str, Driver] = {}
+        for d in self.cfg.drivers:
+            if d in all_drivers:
+                self.drivers[d] = all_drivers[d]
+                if d == "mock":
+                    self.drivers["mock_driver"] = all_drivers[d]
+        self.runners: dict[str, AllocRunner] = {}
+        self.index = 0
+        self.heartbeat_ttl = 10.0
+        self.heartbeating = True
+        self._pending: dict[str, dict[str, Any]] = {}
+        self._flush = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.ready = False
+
+    @property
+    def node_ids(self) -> list[str]:
+        return list(self.nodes)
+
+    def _subject(self, name: str) -> str:
+        return wire.subject(self.cluster, name)
+
+    async def start(self) -> None:
+        await self.register()
+        self._tasks = [asyncio.create_task(self._heartbeat_loop()),
+                       asyncio.create_task(self._poll_loop()),
+                       asyncio.create_task(self._flush_loop())]
+        self.ready = True
+
+    async def register(self) -> None:
+        nodes = list(self.nodes.values())
+        for i in range(0, len(nodes), 200):
+            reply = await self._retry(lambda chunk=nodes[i : i + 200]: self.bus.request(
+                self._subject(wire.NODE_REGISTER), wire.NodeRegister(nodes=chunk),
+                wire.NodeRegistered, timeout=15.0))
+            self.heartbeat_ttl = reply.heartbeat_ttl
+
+    async def _retry(self, call: Any) -> Any:
+        delay = 0.1
+        while True:
+            try:
+                return await call()
+            except ServiceError as exc:
+                if exc.code not in (503, 504):
+                    raise
+                await asyncio.sleep(delay)  # no scheduler replica yet: back off
+                delay = min(delay * 2, 2.0)
+
+    async def _heartbeat_loop(self) -> None:
+        ids = self.node_ids
+        while True:
+            if self.heartbeating:
+                for i in range(0, len(ids), 2000):
+                    with contextlib.suppress(Exception):
+                        await self.bus.publish(self._subject(wire.HEARTBEAT),
+                                               wire.Heartbeat(node_ids=ids[i : i + 2000]))
+            await asyncio.sleep(max(self.heartbeat_ttl / 4, 0.05))
+
+    async def _poll_loop(self) -> None:
+        while True:
+            try:
+                reply = await self.bus.request(
+                    self._subject(wire.NODE_ALLOCS),
+                    wire.NodeAllocs(node_ids=self.node_ids, index=self.index, wait=10.0),
+                    wire.NodeAllocsReply, timeout=20.0)
+            except ServiceError as exc:
+                log.debug("alloc poll failed", error=exc.message)
+                await asyncio.sleep(0.2)
+                continue
+            self.index = reply.index
+            for a in reply.allocs:
+                await self._apply(a, reply.groups)
+
+    async def _apply(self, alloc: dict[str, Any], groups: dict[str, Any]) -> None:
+        runner = self.runners.get(alloc["ID"])
+        stop = alloc["DesiredStatus"] != "run" or alloc["ClientStatus"] == "lost"
+        if runner is None:
+            if stop or alloc["ClientStatus"] in ("complete", "failed"):
+                return
+            gkey = f"{alloc['Namespace']}\x00{alloc['JobID']}\x00{alloc['JobVersion']}" \
+                   f"\x00{alloc['TaskGroup']}"
+            info = groups.get(gkey) or {}
+            runner = AllocRunner(alloc, info.get("Group") or {}, info.get("JobType", ""),
+                                 self.nodes.get(alloc["NodeID"], {}), self.drivers,
+                                 self.data_dir, self._queue_update)
+            self.runners[alloc["ID"]] = runner
+            runner.start()
+        elif stop:
+            asyncio.create_task(runner.stop())
+        else:
+            runner.alloc = {**runner.alloc, **alloc}
+
+    def _queue_update(self, alloc_id: str, update: dict[str, Any]) -> None:
+        # Coalesce: only the latest state of each allocation is sent.
+        prev = self._pending.get(alloc_id)
+        if prev is not None and "DeploymentStatus" in prev and "DeploymentStatus" not in update:
+            update["DeploymentStatus"] = prev["DeploymentStatus"]
+        self._pending[alloc_id] = update
+        self._flush.set()
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._flush.wait()
+            await asyncio.sleep(FLUSH_EVERY)  # batch what arrives meanwhile
+            self._flush.clear()
+            await self.flush()
+
+    async def flush(self) -> None:
+        pending, self._pending = self._pending, {}
+        items = list(pending.values())
+        for i in range(0, len(items), UPDATE_BATCH):
+            chunk = items[i : i + UPDATE_BATCH]
+            try:
+                await self.bus.request(self._subject(wire.ALLOC_UPDATE),
+                                       wire.AllocUpdate(updates=chunk), wire.Ok, timeout=15.0)
+            except ServiceError as exc:
+                log.warning("alloc update failed; will retry", error=exc.message)
+                for u in chunk:
+                    self._pending.setdefault(u["ID"], u)
+                self._flush.set()
+
+    async def crash(self) -> None:
+        """Behave like a node that died: no more heartbeats, polls or updates (tests use this
+        to see allocations rescheduled elsewhere). Its processes are killed silently."""
+        self.heartbeating = False
+        self._pending.clear()
+        await self.stop(kill_tasks=True, report=False)
+
+    async def stop(self, *, kill_tasks: bool = True, report: bool = True) -> None:
+        self.ready = False
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        if kill_tasks:
+            await asyncio.gather(*(r.stop() for r in self.runners.values()),
+                                 return_exceptions=True)
+        if report:
+            with contextlib.suppress(Exception):
+                await self.flush()
+        else:
+            self._pending.clear()
+
+
+async def run_client(bus: Bus, settings: Settings, *, datacenter: str = "dc1",
+                     simulate: int = 0, node_pool: str = "default", name: str = "",
+                     drivers: tuple[str, ...] = ("raw_exec", "mock"),
+                     data_dir: str = "") -> ClientAgent:
+    """Start a client agent (`simulate` > 0: that many mock-driver nodes in this process)."""
+    cfg = NodeConfig(name=name, datacenter=datacenter, node_pool=node_pool,
+                     drivers=drivers if not simulate else ("mock",), data_dir=data_dir)
+    agent = ClientAgent(bus, settings, cfg, simulate=simulate)
+    await agent.start()
+    return agent

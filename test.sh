@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs everything the tests need on a fresh Debian machine, then runs the whole suite.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+need_apt=()
+command -v openssl >/dev/null || need_apt+=(openssl)
+command -v ssh-keygen >/dev/null || need_apt+=(openssh-client)
+[ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
+command -v softhsm2-util >/dev/null || need_apt+=(softhsm2)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+python3 -m pip install -q -e ".[test]"
+exec python3 -m pytest -q -p no:cacheprovider "$@"
