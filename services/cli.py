@@ -37,6 +37,9 @@ def main(argv: list[str] | None = None) -> None:
     dev.add_argument("--log-json", action="store_true")
     dev.add_argument("--secrets-replicas", type=int, default=1)
     dev.add_argument("--crypto-processes", type=int, default=1)
+    dev.add_argument("--services", default="all",
+                     help="comma list of services beside secrets and the gateway "
+                          "(crypto,workspace,scheduler,client) or 'all'")
 
     run = sub.add_parser("run", help="run one service")
     run.add_argument("service", choices=sorted(SERVICES))

@@ -191,10 +191,11 @@ def run_dev(args: Any) -> int:
         nats_url = args.nats_url or start_nats(sup, data_dir)
         sup.env["TRELLIS_NATS_URL"] = nats_url
         _step("starting the secrets service and the gateway")
+        wanted = {"crypto", "workspace", "scheduler", "client"} if args.services == "all" \
+            else {s.strip() for s in args.services.split(",") if s.strip()}
         started = [sup.service("secrets") for _ in range(max(1, args.secrets_replicas))]
-        for _ in range(max(1, args.crypto_processes)):
-            with contextlib.suppress(SystemExit):
-                started.append(sup.service("crypto"))
+        if "crypto" in wanted:
+            started.append(sup.service("crypto", "--processes", str(max(1, args.crypto_processes))))
         gw = sup.service("gateway")
         started.append(gw)
         base = f"http://{args.secrets_addr}"
@@ -207,8 +208,10 @@ def run_dev(args: Any) -> int:
                  "TRELLIS_SCHEDULER_MANAGEMENT_TOKEN": token,
                  "TRELLIS_SCHEDULER_ACL": "true" if args.acl else "false"}
         for name in ("workspace", "scheduler"):
-            sup.service(name, extra_env=extra)
-        sup.service("client", "--datacenter", "dc1", extra_env=extra)
+            if name in wanted:
+                sup.service(name, extra_env=extra)
+        if "client" in wanted:
+            sup.service("client", "--datacenter", "dc1", extra_env=extra)
         if sys.stderr.isatty():
             sys.stderr.write("\n")
         print(f"""Trellis is running (data in {data_dir}, logs in {data_dir / 'logs'}).

@@ -33,6 +33,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     scheduler_addr: str = "127.0.0.1:4646"
     # The address clients reach the secrets API at (wrapping tokens, DR activation).
     api_addr: str = ""
+    # Where the DR primary's replication service listens for secondaries (TLS).
+    cluster_addr: str = "127.0.0.1:8201"
     max_request_bytes: int = 32 * 1024 * 1024
     request_timeout: float = 90.0
     require_request_header: bool = False

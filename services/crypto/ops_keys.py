@@ -41,7 +41,10 @@ PublicKey = rsa.RSAPublicKey | ec.EllipticCurvePublicKey | ed25519.Ed25519Public
 
 RSA_BITS = (2048, 3072, 4096)
 CURVES: dict[int, type[ec.EllipticCurve]] = {
-    224: ec.SECP224R1, 256: ec.SECP256R1, 384: ec.SECP384R1, 521: ec.SECP521R1,
+    224: ec.SECP224R1,
+    256: ec.SECP256R1,
+    384: ec.SECP384R1,
+    521: ec.SECP521R1,
 }
 KEY_TYPES = ("rsa", "ec", "ed25519")
 
@@ -79,8 +82,9 @@ def resolve_bits(key_type: str, key_bits: int, *, min_rsa_bits: int = 2048) -> i
         bits = key_bits or 2048
         allowed = [b for b in (1024, *RSA_BITS) if b >= min_rsa_bits]
         if bits not in allowed:
-            raise CryptoFailure(f"unsupported RSA key size {bits}: use one of "
-                                + ", ".join(str(b) for b in allowed))
+            raise CryptoFailure(
+                f"unsupported RSA key size {bits}: use one of " + ", ".join(str(b) for b in allowed)
+            )
         return bits
     bits = key_bits or 256
     if bits not in CURVES:
@@ -88,8 +92,9 @@ def resolve_bits(key_type: str, key_bits: int, *, min_rsa_bits: int = 2048) -> i
     return bits
 
 
-def generate_private_key(key_type: str, key_bits: int = 0, *,
-                         min_rsa_bits: int = 2048) -> PrivateKey:
+def generate_private_key(
+    key_type: str, key_bits: int = 0, *, min_rsa_bits: int = 2048
+) -> PrivateKey:
     kt = normalize_type(key_type)
     bits = resolve_bits(kt, key_bits, min_rsa_bits=min_rsa_bits)
     if kt == "rsa":
@@ -105,7 +110,8 @@ def describe(key: PrivateKey | PublicKey) -> tuple[str, int]:
         return "rsa", key.key_size
     if isinstance(key, (ec.EllipticCurvePrivateKey, ec.EllipticCurvePublicKey)):
         if key.curve.key_size not in CURVES or not isinstance(
-                key.curve, CURVES[key.curve.key_size]):
+            key.curve, CURVES[key.curve.key_size]
+        ):
             raise CryptoFailure(f"unsupported EC curve {key.curve.name}: use a NIST P curve")
         return "ec", key.curve.key_size
     if isinstance(key, (ed25519.Ed25519PrivateKey, ed25519.Ed25519PublicKey)):
@@ -119,8 +125,9 @@ PRIVATE_FORMATS = ("pkcs8", "traditional", "der", "pkcs1", "sec1", "openssh")
 def check_private_format(fmt: str) -> str:
     f = fmt.strip().lower() or "pkcs8"
     if f not in PRIVATE_FORMATS:
-        raise CryptoFailure(f"unsupported private key format {fmt!r}: use pkcs8, "
-                            "traditional or openssh")
+        raise CryptoFailure(
+            f"unsupported private key format {fmt!r}: use pkcs8, traditional or openssh"
+        )
     return f
 
 
@@ -130,28 +137,33 @@ def private_pem(key: PrivateKey, fmt: str = "pkcs8") -> str:
         pf = serialization.PrivateFormat.PKCS8
     elif f in ("traditional", "der", "pkcs1", "sec1"):
         # Ed25519 has no PKCS#1/SEC1 form: PKCS#8 is its only standard encoding.
-        pf = (serialization.PrivateFormat.PKCS8 if isinstance(key, ed25519.Ed25519PrivateKey)
-              else serialization.PrivateFormat.TraditionalOpenSSL)
+        pf = (
+            serialization.PrivateFormat.PKCS8
+            if isinstance(key, ed25519.Ed25519PrivateKey)
+            else serialization.PrivateFormat.TraditionalOpenSSL
+        )
     else:
         pf = serialization.PrivateFormat.OpenSSH
-    return key.private_bytes(serialization.Encoding.PEM, pf,
-                             serialization.NoEncryption()).decode()
+    return key.private_bytes(serialization.Encoding.PEM, pf, serialization.NoEncryption()).decode()
 
 
 def public_pem(key: PublicKey) -> str:
-    return key.public_bytes(serialization.Encoding.PEM,
-                            serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    return key.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    ).decode()
 
 
 def public_openssh(key: PublicKey) -> str:
-    return key.public_bytes(serialization.Encoding.OpenSSH,
-                            serialization.PublicFormat.OpenSSH).decode()
+    return key.public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    ).decode()
 
 
 def fingerprint(key: PublicKey) -> str:
     """Identifies a key pair across encodings (used to pair issuers with their keys)."""
-    der = key.public_bytes(serialization.Encoding.DER,
-                           serialization.PublicFormat.SubjectPublicKeyInfo)
+    der = key.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
     return hashlib.sha256(der).hexdigest()
 
 
@@ -241,5 +253,10 @@ def parse_private_key(a: ParsePrivateKeyArgs) -> dict[str, Any]:
 def parse_public_key(a: ParsePublicKeyArgs) -> dict[str, Any]:
     key = load_public(a.public_key)
     key_type, key_bits = describe(key)
-    return {"public_key": public_pem(key), "public_key_openssh": public_openssh(key),
-            "key_type": key_type, "key_bits": key_bits, "fingerprint": fingerprint(key)}
+    return {
+        "public_key": public_pem(key),
+        "public_key_openssh": public_openssh(key),
+        "key_type": key_type,
+        "key_bits": key_bits,
+        "fingerprint": fingerprint(key),
+    }

@@ -14,6 +14,8 @@ SECRET_ENGINES: dict[str, str] = {
     "cubbyhole": "services.secrets.engines.cubbyhole:CubbyholeBackend",
     "system": "services.secrets.system.backend:SystemBackend",
     "pki": "services.secrets.engines.pki.backend:PKIBackend",
+    "dbcloud": "services.secrets.engines.dbcloud.backend:DbCloudBackend",
+    "ssh": "services.secrets.engines.ssh.backend:SSHBackend",
 }
 
 AUTH_METHODS: dict[str, str] = {

@@ -59,8 +59,15 @@ class Core:
         self.tables: dict[str, MountTable] = {}
         self._reload_lock = asyncio.Lock()
         self.cluster_id = ""
+        # True once unsealed AND the mount tables are loaded: until then requests see "sealed".
+        self.active = False
         self.dr_mode = "disabled"
         self._sealed_sys: Backend | None = None
+
+    @property
+    def sealed(self) -> bool:
+        """Sealed as clients see it: the barrier is closed or the tables are not loaded yet."""
+        return self.barrier.sealed or not self.active
 
     def replication_mode(self) -> str:
         return self.dr_mode
@@ -97,10 +104,19 @@ class Core:
     async def start(self) -> None:
         await self.bus.serve(subjects.SEAL_CHANGED.on(self.settings.cluster_name),
                              self._on_invalidate, Invalidate)
+        # DR mode first (issue 5): a DR secondary must not unseal by itself and write.
+        from services.replication.link import link_of
+
+        await link_of(self).start()
         await self.seal.start()
+        if self.dr_mode == "secondary" and not self.barrier.sealed:
+            await self.seal.seal(broadcast=False)
 
     async def stop(self) -> None:
         await self.seal.stop()
+        link = getattr(self, "dr_link", None)
+        if link is not None:
+            await link.stop()
         await self.expiration.stop()
 
     async def post_unseal(self) -> None:
@@ -108,9 +124,12 @@ class Core:
         self.cluster_id = raw.decode() if raw else ""
         await self.tokens.load_salt()
         await self.reload()
-        self.expiration.start()
+        if self.dr_mode != "secondary":  # a DR secondary revokes nothing: its primary does
+            self.expiration.start()
+        self.active = True
 
     async def pre_seal(self) -> None:
+        self.active = False
         await self.expiration.stop()
         self.tables.clear()
         self.policies.invalidate()
@@ -177,7 +196,9 @@ class Core:
 
     async def plugin_backend(self, entry: MountEntry) -> Backend | None:
         """External plugins (the plugin catalog) hook in here."""
-        return None
+        from services.secrets.plugins.mounting import plugin_backend
+
+        return await plugin_backend(self, entry)
 
     def table(self, ns: Namespace) -> MountTable:
         return self.tables.get(ns.id) or MountTable()

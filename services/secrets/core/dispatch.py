@@ -40,6 +40,14 @@ _enc = msgspec.json.Encoder()
 SEALED_OK = {"sys/init", "sys/seal-status", "sys/unseal", "sys/health", "sys/leader",
              "sys/replication/dr/status", "sys/internal/specs/openapi"}
 
+# DR replication paths answer while sealed (a secondary always is); each checks its own auth.
+DR_PREFIX = "sys/replication/dr/"
+
+
+def _dr_secondary_ok(path: str) -> bool:
+    return path.startswith(DR_PREFIX) or path.rstrip("/") in ("sys/health", "sys/seal-status")
+
+
 _METHODS = {"GET": Op.READ, "HEAD": Op.READ, "LIST": Op.LIST, "POST": Op.UPDATE,
             "PUT": Op.UPDATE, "DELETE": Op.DELETE, "PATCH": Op.PATCH}
 
@@ -109,9 +117,14 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
     data = _parse_body(env) if is_write else {
         k: (v[0] if len(v) == 1 else v) for k, v in query.items() if k not in ("list", "help")}
 
+    # A DR secondary (sealed: it holds its primary's ciphertext) answers only these (issue 5).
+    if core.dr_mode == "secondary" and not _dr_secondary_ok(path):
+        raise SecretsError(400, "this cluster is a DR secondary: it serves only "
+                                "sys/replication/dr/*, sys/health and sys/seal-status")
     # Before unseal only a few system paths answer, all in the root namespace.
-    if core.barrier.sealed:
-        if path.rstrip("/") not in SEALED_OK:
+    sealed_now = core.sealed
+    if sealed_now:
+        if path.rstrip("/") not in SEALED_OK and not path.startswith(DR_PREFIX):
             raise sealed()
         ns, ns_path = ROOT, path
     else:
@@ -119,8 +132,8 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
                                                      "x-vault-namespace"), path)
 
     table = core.table(ns)
-    mount = table.match(ns_path) if not core.barrier.sealed else None
-    if core.barrier.sealed:
+    mount = table.match(ns_path) if not sealed_now else None
+    if sealed_now:
         backend: Backend = core.sealed_system_backend()
         mount_path = "sys/"
     elif mount is None:
@@ -166,7 +179,7 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
         if used is None:
             raise permission_denied()
         req.token = used
-    elif token_id and not core.barrier.sealed:
+    elif token_id and not sealed_now:
         req.token = await _authenticate(core, token_id)
 
     resp = await backend.call(routed, op, req, fields)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -56,7 +57,9 @@ def _h(value: str) -> str:
 
 
 def _slot(due: float, ref: str) -> str:
-    return f"{int(due // 60):012d}/{int(due):012d}-{_h(ref)}"
+    # Rounded up: when a slot's second has passed, everything in it has expired.
+    sec = math.ceil(due)
+    return f"{sec // 60:012d}/{sec:012d}-{_h(ref)}"
 
 
 class ExpirationManager:

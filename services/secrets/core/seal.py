@@ -209,6 +209,16 @@ class SealManager:
         self.shares.clear()
         self.nonce = ""
 
+    async def reload(self) -> None:
+        """Re-read the seal after DR replication replaced storage (a promoted or disabled
+        secondary holds its primary's keys); a static seal unseals by itself again."""
+        async with self._lock:
+            self.reset()
+            await self.load_config()
+            if self.sealed and self.config is not None and self.config.type == "static":
+                with contextlib.suppress(BarrierError, ServiceError):
+                    await self._unsealed(await self._open_keyring(self.static_key()))
+
     async def _unsealed(self, keyring: Keyring) -> None:
         self.explicitly_sealed = False
         self.core.barrier.unseal(keyring)

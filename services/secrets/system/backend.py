@@ -10,14 +10,20 @@ from services.secrets.system import (
     mount_paths,
     namespace_paths,
     password_policy_paths,
+    plugin_paths,
     policy_paths,
+    replication_paths,
     seal_paths,
     wrapping_paths,
 )
 
 # Each module contributes `paths(core) -> list[Path]`; later issues add their own modules here.
 MODULES = [seal_paths, mount_paths, policy_paths, namespace_paths, lease_paths, wrapping_paths,
-           introspection_paths, password_policy_paths]
+           introspection_paths]
+# Password policies, the plugin catalog and managed keys (issue 4).
+MODULES += [password_policy_paths, plugin_paths]
+# DR replication (issue 5).
+MODULES += [replication_paths]
 
 
 class SystemBackend(Backend):

@@ -53,7 +53,7 @@ def seal_status(core: Core) -> dict[str, object]:
     out: dict[str, object] = {
         "type": cfg.type if cfg else "shamir",
         "initialized": cfg is not None,
-        "sealed": core.barrier.sealed,
+        "sealed": core.sealed,
         "t": cfg.secret_threshold if cfg else 0,
         "n": cfg.secret_shares if cfg else 0,
         "progress": core.seal.progress,
@@ -64,7 +64,7 @@ def seal_status(core: Core) -> dict[str, object]:
         "recovery_seal": cfg is not None and cfg.type == "static",
         "storage_type": "jetstream",
     }
-    if not core.barrier.sealed:
+    if not core.sealed:
         out["cluster_name"] = core.settings.cluster_name
         out["cluster_id"] = core.cluster_id
     return out
@@ -119,7 +119,7 @@ def paths(core: Core) -> list[Path]:
     async def health(req: Request, f: HealthFields) -> Response:
         await core.seal.load_config()
         initialized = core.seal.initialized
-        sealed = core.barrier.sealed
+        sealed = core.sealed
         if not initialized:
             code = f.uninitcode
         elif sealed:

@@ -21,5 +21,5 @@ def rfc3339(ns: int) -> str:
 
 
 def optional_rfc3339(ns: int) -> str:
-    """"" for an unset time (0), as Vault shows a version that is not deleted."""
+    """ "" for an unset time (0), as Vault shows a version that is not deleted."""
     return rfc3339(ns) if ns else ""

@@ -30,8 +30,9 @@ def deletion_time(created: int, config: Config, key: KeyRecord) -> int:
     return created + min(afters) * NS if afters else 0
 
 
-def add_version(key: KeyRecord, config: Config, now: int, blob: str,
-                data: bytes | None) -> tuple[int, list[str]]:
+def add_version(
+    key: KeyRecord, config: Config, now: int, blob: str, data: bytes | None
+) -> tuple[int, list[str]]:
     """Append a version holding `blob` (its data, inlined as `data` when given) and slide the
     window of kept versions. Returns (new version number, blob ids no longer referenced).
 
@@ -39,7 +40,8 @@ def add_version(key: KeyRecord, config: Config, now: int, blob: str,
     then it is the oldest version kept."""
     key.current += 1
     key.versions[key.current] = VersionRecord(
-        created=now, deleted=deletion_time(now, config, key), blob=blob)
+        created=now, deleted=deletion_time(now, config, key), blob=blob
+    )
     key.updated = now
     key.latest = data
     keep = max_versions(key, config)
@@ -63,9 +65,11 @@ def readable(version: VersionRecord, now: int) -> bool:
 
 
 def version_json(version: VersionRecord) -> dict[str, Any]:
-    return {"created_time": rfc3339(version.created),
-            "deletion_time": optional_rfc3339(version.deleted),
-            "destroyed": version.destroyed}
+    return {
+        "created_time": rfc3339(version.created),
+        "deletion_time": optional_rfc3339(version.deleted),
+        "destroyed": version.destroyed,
+    }
 
 
 def version_metadata(key: KeyRecord, number: int, version: VersionRecord) -> dict[str, Any]:

@@ -1,0 +1,126 @@
+"""What the benchmarks share: start `trellis dev` on free ports, and drive a closed-loop HTTP
+load with a fixed number of concurrent clients for a fixed time, reporting rate and latency."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Dev:
+    secrets: str
+    workspace: str
+    scheduler: str
+    root_token: str
+    proc: subprocess.Popen[str]
+
+
+@contextlib.contextmanager
+def trellis_dev(*extra: str) -> Iterator[Dev]:
+    ports = [free_port() for _ in range(3)]
+    data = tempfile.mkdtemp(prefix="trellis-bench-")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "dev", "--data-dir", data,
+         "--secrets-addr", f"127.0.0.1:{ports[0]}", "--workspace-addr", f"127.0.0.1:{ports[1]}",
+         "--scheduler-addr", f"127.0.0.1:{ports[2]}", *extra],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    token = ""
+    deadline = time.monotonic() + 120
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        m = re.match(r"Root Token: (\S+)", line)
+        if m:
+            token = m.group(1)
+        if line.startswith("Press Ctrl-C") or time.monotonic() > deadline:
+            break
+    if not token:
+        proc.kill()
+        raise SystemExit("trellis dev did not start")
+    try:
+        yield Dev(f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}",
+                  f"http://127.0.0.1:{ports[2]}", token, proc)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@dataclass
+class Result:
+    name: str
+    concurrency: int
+    count: int
+    errors: int
+    seconds: float
+    latencies: list[float]
+
+    @property
+    def rate(self) -> float:
+        return self.count / self.seconds if self.seconds else 0.0
+
+    def pct(self, p: float) -> float:
+        if not self.latencies:
+            return 0.0
+        xs = sorted(self.latencies)
+        return xs[min(len(xs) - 1, int(p / 100 * len(xs)))] * 1000
+
+
+async def closed_loop(name: str, concurrency: int, seconds: float,
+                      call: Callable[[aiohttp.ClientSession, int], Awaitable[bool]]) -> Result:
+    """`concurrency` clients each send a request as soon as the last one is answered."""
+    lat: list[float] = []
+    errors = 0
+    count = 0
+    stop_at = time.perf_counter() + seconds
+    conn = aiohttp.TCPConnector(limit=concurrency * 2)
+    async with aiohttp.ClientSession(connector=conn) as session:
+        async def client(i: int) -> None:
+            nonlocal errors, count
+            n = 0
+            while time.perf_counter() < stop_at:
+                t0 = time.perf_counter()
+                ok = await call(session, i * 1_000_000 + n)
+                lat.append(time.perf_counter() - t0)
+                n += 1
+                count += 1
+                if not ok:
+                    errors += 1
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client(i) for i in range(concurrency)))
+        elapsed = time.perf_counter() - t0
+    return Result(name, concurrency, count, errors, elapsed, lat)
+
+
+def report(results: list[Result], baseline: dict[int, Result]) -> None:
+    print(f"{'case':<18}{'clients':>8}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
+          f"{'vs echo':>9}")
+    for r in results:
+        base = baseline.get(r.concurrency)
+        ratio = r.rate / base.rate if base and base.rate else 0.0
+        print(f"{r.name:<18}{r.concurrency:>8}{r.rate:>10.0f}{r.pct(50):>9.2f}{r.pct(99):>9.2f}"
+              f"{r.errors:>8}{ratio:>9.2f}")

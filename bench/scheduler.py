@@ -1,0 +1,166 @@
+"""Scheduler benchmark: placements per second for one big job of mock allocations on many
+simulated nodes, and job-register latency, beside an echo baseline through the same gateway and
+NATS, measured in the same run.
+
+    python bench/scheduler.py                     # short: 2,000 allocations on 200 nodes
+    python bench/scheduler.py --allocs 10000 --nodes 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from services.gateway.main import Gateway  # noqa: E402
+from services.scheduler.client import ClientAgent, NodeConfig  # noqa: E402
+from services.scheduler.service import SchedulerService  # noqa: E402
+from shared.bus import Bus, CallContext  # noqa: E402
+from shared.logging import configure_logging  # noqa: E402
+from shared.messages import HttpRequest, HttpResponse  # noqa: E402
+from shared.settings import Settings  # noqa: E402
+from shared.subjects import ECHO  # noqa: E402
+from tests.conftest import start_nats  # noqa: E402
+
+C2M_RATE = 1500.0  # containers/s in HashiCorp's C2M run
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * p))]
+
+
+async def timed(session: aiohttp.ClientSession, method: str, url: str, body: Any = None
+                ) -> float:
+    start = time.perf_counter()
+    async with session.request(method, url, json=body) as r:
+        await r.read()
+        if r.status != 200:
+            raise RuntimeError(f"{method} {url}: {r.status} {await r.text()}")
+    return time.perf_counter() - start
+
+
+async def latencies(n: int, concurrency: int, call: Any) -> tuple[list[float], float]:
+    out: list[float] = []
+    queue = list(range(n))
+    start = time.perf_counter()
+
+    async def runner() -> None:
+        while queue:
+            i = queue.pop()
+            out.append(await call(i))
+
+    await asyncio.gather(*(runner() for _ in range(concurrency)))
+    return out, time.perf_counter() - start
+
+
+def small_job(i: int) -> dict[str, Any]:
+    return {"Job": {"ID": f"reg-{i}", "Type": "batch", "Datacenters": ["dc1"],
+                    "TaskGroups": [{"Name": "g", "Count": 0, "Tasks": [
+                        {"Name": "t", "Driver": "mock", "Config": {"run_for": "1s"}}]}]}}
+
+
+def big_job(count: int) -> dict[str, Any]:
+    return {"Job": {"ID": "bench-big", "Type": "batch", "Datacenters": ["dc1"],
+                    "TaskGroups": [{"Name": "g", "Count": count, "EphemeralDisk": {"SizeMB": 1},
+                                    "Tasks": [{"Name": "t", "Driver": "mock",
+                                               "Config": {"run_for": "1h"},
+                                               "Resources": {"CPU": 20, "MemoryMB": 10}}]}]}}
+
+
+async def main(args: argparse.Namespace) -> None:
+    configure_logging(level="warning", json=False)
+    tmp = tempfile.mkdtemp(prefix="trellis-bench-")
+    proc, url, _ = start_nats(tmp)
+    buses: list[Bus] = []
+    try:
+        settings = Settings(nats_url=url, cluster_name="bench", secrets_addr="127.0.0.1:0",
+                            workspace_addr="127.0.0.1:0", scheduler_addr="127.0.0.1:0")
+        buses = [await Bus.connect(url, n) for n in ("gw", "sched", "echo", "client")]
+        gw = Gateway(buses[0], settings)
+        await gw.start()
+        svc = SchedulerService(buses[1], settings, heartbeat_ttl=30.0)
+        await svc.start()
+
+        async def echo(req: HttpRequest, ctx: CallContext) -> HttpResponse:
+            return HttpResponse(status=200, body=b"{}")
+
+        await buses[2].serve(ECHO.on(settings.cluster_name), echo, HttpRequest, queue="echo")
+        t0 = time.perf_counter()
+        agent = ClientAgent(buses[3], settings, NodeConfig(name="sim", drivers=("mock",)),
+                            simulate=args.nodes)
+        await agent.start()
+        print(f"registered {args.nodes} simulated nodes in {time.perf_counter() - t0:.2f}s")
+        base = gw.addresses["scheduler"]
+        async with aiohttp.ClientSession() as s:
+            await latencies(50, 8, lambda i: timed(s, "GET", base + "/_echo"))  # warm-up
+            echo_lat, echo_wall = await latencies(
+                args.requests, args.concurrency, lambda i: timed(s, "GET", base + "/_echo"))
+            reg_lat, reg_wall = await latencies(
+                args.requests, args.concurrency,
+                lambda i: timed(s, "POST", base + "/v1/jobs", small_job(i)))
+
+            start = time.perf_counter()
+            await timed(s, "POST", base + "/v1/jobs", big_job(args.allocs))
+            placed_at = running_at = None
+            deadline = start + args.timeout
+            while time.perf_counter() < deadline:
+                allocs = svc.fsm.t.job_allocs("default", "bench-big")
+                if placed_at is None and len(allocs) >= args.allocs:
+                    placed_at = time.perf_counter()
+                if placed_at and sum(1 for a in allocs if a["ClientStatus"] == "running") \
+                        >= args.allocs:
+                    running_at = time.perf_counter()
+                    break
+                await asyncio.sleep(0.02)
+        await agent.stop(kill_tasks=False, report=False)
+        await svc.stop()
+        await gw.stop()
+
+        def show(name: str, lat: list[float], wall: float) -> None:
+            print(f"{name:<18} p50 {statistics.median(lat) * 1000:7.2f} ms   "
+                  f"p99 {pct(lat, 0.99) * 1000:7.2f} ms   {len(lat) / wall:8.0f} req/s")
+
+        print(f"\n{args.requests} requests each, concurrency {args.concurrency}")
+        show("echo baseline", echo_lat, echo_wall)
+        show("job register", reg_lat, reg_wall)
+        p50 = statistics.median(reg_lat) / statistics.median(echo_lat)
+        p99 = pct(reg_lat, 0.99) / pct(echo_lat, 0.99)
+        thr = (len(reg_lat) / reg_wall) / (len(echo_lat) / echo_wall)
+        print(f"register/echo ratio: p50 {p50:.2f}x   p99 {p99:.2f}x   throughput {thr:.2f}x")
+        if placed_at is None:
+            print(f"\nplacements: not all {args.allocs} placed within {args.timeout}s")
+            return
+        rate = args.allocs / (placed_at - start)
+        print(f"\nplacements: {args.allocs} allocations on {args.nodes} nodes in "
+              f"{placed_at - start:.2f}s = {rate:.0f} placements/s "
+              f"({rate / C2M_RATE:.2f}x Nomad C2M's {C2M_RATE:.0f}/s)")
+        if running_at is not None:
+            print(f"all running (client reported) after {running_at - start:.2f}s = "
+                  f"{args.allocs / (running_at - start):.0f} allocs/s end to end")
+    finally:
+        for b in buses:
+            await b.close()
+        proc.terminate()
+        proc.wait(10)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--allocs", type=int, default=2000)
+    p.add_argument("--nodes", type=int, default=200)
+    p.add_argument("--requests", type=int, default=300)
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--timeout", type=float, default=180.0)
+    asyncio.run(main(p.parse_args()))

@@ -1,0 +1,100 @@
+"""The secrets service's side of DR: it follows the cluster's DR mode (from the replication
+state bucket) so the dispatcher can gate a secondary and the seal can react, and it carries
+`sys/replication/dr/*` commands to the replication service."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from services.replication.commands import DR_CONTROL, DrReply
+from services.replication.modes import SECONDARY
+from services.replication.state import (
+    STATE_KEY,
+    DrState,
+    StateStore,
+    bucket_for,
+    decode_state,
+)
+from shared.errors import NoResponders, ServiceError
+
+if TYPE_CHECKING:
+    from services.secrets.core.core import Core
+
+log = structlog.get_logger("replication.link")
+
+COMMAND_TIMEOUT = 60.0  # secondary enable unwraps over HTTP, probes and wipes
+
+
+class DrLink:
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.state = DrState()
+        self.store: StateStore | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        settings = self.core.settings
+        self.store = await StateStore.open(self.core.bus.nc.jetstream(),
+                                           bucket_for(settings, "dr"),
+                                           replicas=settings.replicas)
+        self.state = await self.store.load()
+        self.core.dr_mode = self.state.mode
+        self._task = asyncio.create_task(self._follow())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+
+    async def _follow(self) -> None:
+        assert self.store is not None
+        while True:
+            try:
+                watcher = await self.store.kv.watch(STATE_KEY)
+                try:
+                    async for entry in watcher:
+                        if entry is not None and entry.value:
+                            await self._changed(decode_state(entry.value))
+                finally:
+                    with contextlib.suppress(Exception):
+                        await watcher.stop()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("following the DR state failed; retrying", error=str(exc))
+                await asyncio.sleep(1.0)
+
+    async def _changed(self, new: DrState) -> None:
+        old, self.state = self.state, new
+        core = self.core
+        core.dr_mode = new.mode
+        if new.mode == SECONDARY:
+            # A secondary's storage holds its primary's ciphertext: nothing here may read it
+            # or write to it (leases, tokens) until it is promoted or disabled.
+            if not core.barrier.sealed:
+                await core.seal.seal(broadcast=False)
+        elif old.mode != new.mode or old.generation != new.generation:
+            await core.seal.reload()
+
+    async def request(self, cmd: Any, wait: float = COMMAND_TIMEOUT) -> DrReply:
+        subject = DR_CONTROL.on(self.core.settings.cluster_name)
+        try:
+            return await self.core.bus.request(subject, cmd, DrReply, timeout=wait)
+        except NoResponders:
+            raise ServiceError(503, "the replication service is not running on this "
+                                    "cluster") from None
+
+
+def link_of(core: Core) -> DrLink:
+    """The core's link (made on first use where the core was built without one)."""
+    link = getattr(core, "dr_link", None)
+    if link is None:
+        link = DrLink(core)
+        core.dr_link = link  # type: ignore[attr-defined]
+    return link

@@ -1,0 +1,206 @@
+"""KV's storage layout under a mount's barrier view, and the check-and-set loop every v2 change
+goes through.
+
+    v1/<path>    a v1 entry (JSON)
+    meta/<path>  a v2 KeyRecord: metadata, versions, and a copy of the latest data
+    blob/<id>    one v2 version's data (JSON); ids are random, so a writer that loses a race
+                 deletes its own blob without touching anyone else's
+    config       the v2 mount config
+    upgraded     present once v1 entries have been moved to v2
+
+A v2 write first creates its blob, then swaps the key record by CAS on its revision (`create`
+for a new key); a conflict re-reads and retries, so two replicas never lose a version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from services.secrets.core.barrier import BarrierView, CasConflict
+from services.secrets.engines.kv import records
+from services.secrets.engines.kv.records import Config, KeyRecord
+from services.secrets.errors import SecretsError, sealed
+from services.secrets.framework.request import Request
+
+log = structlog.get_logger("kv")
+
+V1 = "v1/"
+META = "meta/"
+BLOB = "blob/"
+CONFIG = "config"
+UPGRADED = "upgraded"
+
+# Latest data above this size is not copied into the key record (reads then take two gets).
+INLINE_MAX = 128 * 1024
+# A CAS loop gives up after this many conflicts (only under pathological contention).
+MAX_ATTEMPTS = 64
+
+Got = tuple[KeyRecord, int] | None  # a key record and its revision, or None when absent
+
+
+class _Unset:
+    pass
+
+
+UNSET = _Unset()
+
+
+@dataclass
+class Plan:
+    """What a change decided: the record to write (None: write nothing), the blobs that the
+    write makes unreferenced, blobs created for this attempt only, and the handler's result."""
+
+    record: KeyRecord | None
+    result: Any = None
+    drop: list[str] = field(default_factory=list)
+    undo: list[str] = field(default_factory=list)
+
+
+Change = Callable[[KeyRecord | None], Awaitable[Plan]]
+
+
+def busy() -> SecretsError:
+    return SecretsError(503, "the key is being changed by too many writers at once; retry")
+
+
+class KVStore:
+    def __init__(self, view: BarrierView) -> None:
+        self.view = view
+
+    # ---- records ------------------------------------------------------------------------
+    async def get_key(self, path: str) -> Got:
+        got = await self.view.get_entry(META + path)
+        return None if got is None else (records.decode_key(got[0]), got[1])
+
+    async def get_config(self) -> Config:
+        raw = await self.view.get(CONFIG)
+        return Config() if raw is None else records.decode_config(raw)
+
+    async def get_config_entry(self) -> tuple[Config, int]:
+        got = await self.view.get_entry(CONFIG)
+        return (Config(), 0) if got is None else (records.decode_config(got[0]), got[1])
+
+    async def put_config(self, config: Config, revision: int) -> None:
+        raw = records.encode(config)
+        if revision:
+            await self.view.update(CONFIG, raw, revision)
+        else:
+            await self.view.create(CONFIG, raw)
+
+    async def list_keys(self, folder: str) -> list[str]:
+        return await self.view.list(META + folder)
+
+    # ---- blobs --------------------------------------------------------------------------
+    async def create_blob(self, data: bytes) -> str:
+        blob = secrets.token_hex(16)
+        await self.view.create(BLOB + blob, data)
+        return blob
+
+    async def get_blob(self, blob: str) -> bytes | None:
+        return await self.view.get(BLOB + blob) if blob else None
+
+    async def delete_blobs(self, blobs: list[str]) -> None:
+        """Best effort: a blob left behind is unreferenced ciphertext, never readable data."""
+        if not blobs:
+            return
+        results = await asyncio.gather(
+            *(self.view.delete(BLOB + b) for b in blobs), return_exceptions=True
+        )
+        failed = sum(isinstance(r, BaseException) for r in results)
+        if failed:
+            log.warning("could not delete old kv versions", count=failed)
+
+    # ---- check-and-set ------------------------------------------------------------------
+    async def mutate(self, path: str, change: Change, got: Got | _Unset = UNSET) -> Any:
+        """Apply `change` to the key's current record and write the result by CAS, re-reading
+        and re-applying on conflict. `got` is a record the caller already read (possibly
+        stale: the CAS catches that)."""
+        for attempt in range(MAX_ATTEMPTS):
+            if isinstance(got, _Unset):
+                got = await self.get_key(path)
+            record, revision = got if got is not None else (None, 0)
+            plan = await change(record)
+            if plan.record is None:
+                await self.delete_blobs(plan.undo)
+                return plan.result
+            raw = records.encode(plan.record)
+            try:
+                if revision:
+                    await self.view.update(META + path, raw, revision)
+                else:
+                    await self.view.create(META + path, raw)
+            except CasConflict:
+                await self.delete_blobs(plan.undo)
+                got = UNSET
+                await backoff(attempt)
+                continue
+            except Exception:
+                await self.delete_blobs(plan.undo)
+                raise
+            await self.delete_blobs(plan.drop)
+            return plan.result
+        raise busy()
+
+    async def delete_key(self, path: str, got: Got | _Unset = UNSET) -> None:
+        """Remove a key record and all its versions. The record goes first, by CAS, so a write
+        that raced in is either seen here (its blob deleted too) or lands after (a new key)."""
+        for attempt in range(MAX_ATTEMPTS):
+            if isinstance(got, _Unset):
+                got = await self.get_key(path)
+            if got is None:
+                return
+            record, revision = got
+            try:
+                await cas_delete(self.view, META + path, revision)
+            except CasConflict:
+                got = UNSET
+                await backoff(attempt)
+                continue
+            await self.delete_blobs([v.blob for v in record.versions.values() if v.blob])
+            return
+        raise busy()
+
+
+async def cas_delete(view: BarrierView, path: str, revision: int) -> None:
+    """Delete `path` only if it is still at `revision`. BarrierView has no conditional delete
+    yet, so this goes to the storage below it (deletes need no key, only an unsealed barrier)."""
+    barrier = view.barrier
+    if barrier.sealed:
+        raise sealed()
+    await barrier.storage.delete(view.prefix + path, revision)
+
+
+async def backoff(attempt: int) -> None:
+    # Jitter so two replicas that collided do not collide again in lockstep.
+    await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+
+
+# ---- a record read by the existence check, handed to the handler of the same request ------
+_PREFETCH = "_kv_prefetched"
+
+
+def remember(req: Request, path: str, got: Got) -> None:
+    req.__dict__[_PREFETCH] = (path, got)
+
+
+def recall(req: Request, path: str) -> Got | _Unset:
+    saved = req.__dict__.pop(_PREFETCH, None)
+    if saved is None or saved[0] != path:
+        return UNSET
+    return saved[1]
+
+
+async def key_exists(store: KVStore, req: Request, path: str) -> bool:
+    """The create/update decision of a write; the record read here saves the handler a get."""
+    got = await store.get_key(path)
+    with contextlib.suppress(Exception):
+        remember(req, path, got)
+    return got is not None

@@ -1,0 +1,95 @@
+"""Cluster behaviour of the secrets service: static auto-unseal, expiry that survives the
+replica that issued a token, and the X-Svc-Request requirement."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import time
+
+import aiohttp
+import pytest
+
+from services.secrets.core.namespaces import ROOT
+from shared.settings import SealSettings
+from tests.harness import start_cluster
+
+pytestmark = pytest.mark.nats
+
+
+async def _until(pred, timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await pred():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not met before the deadline")
+
+
+async def test_static_seal_unseals_every_replica_by_itself(nats_url: str) -> None:
+    key = base64.b64encode(os.urandom(32)).decode()
+    c = await start_cluster(nats_url, replicas=2, initialize=False,
+                            seal=SealSettings(type="static", key=key))
+    try:
+        status, body = await c.request("POST", "/v1/sys/init", token="", json={})
+        assert status == 200 and body["keys"] == [] and body["root_token"]
+        c.root_token = body["root_token"]
+
+        async def unsealed() -> bool:
+            return all(not s.core.barrier.sealed for s in c.secrets)  # type: ignore[union-attr]
+        await _until(unsealed)
+        status, body = await c.request("GET", "/v1/sys/seal-status", token="")
+        assert body.get("type") == "static" and body["sealed"] is False, body
+        # A replica that starts later unseals itself from the static key.
+        late = await c.add_secrets_replica()
+        assert late.core is not None and not late.core.barrier.sealed
+        status, _ = await c.request("GET", "/v1/sys/mounts")
+        assert status == 200
+    finally:
+        await c.close()
+
+
+async def test_token_expiry_survives_the_issuing_replica(nats_url: str) -> None:
+    c = await start_cluster(nats_url, replicas=2)
+    try:
+        leader = next(s for s in c.secrets if s.lease and s.lease.is_leader)
+        other = next(s for s in c.secrets if s is not leader)
+        status, body = await c.request("POST", "/v1/auth/token/create", json={"ttl": "3s"})
+        token = body["auth"]["client_token"]
+        assert other.core is not None
+        key = f"id/{other.core.tokens.hash(token)}"
+        view = other.core.namespaces.view(ROOT).sub("sys/token/")
+        assert await view.get(key) is not None
+        # The leader of expiry goes away; the other replica takes over and revokes on time.
+        await c.stop_secrets_replica(leader)
+
+        async def gone() -> bool:
+            return await view.get(key) is None
+        try:
+            await _until(gone, timeout=30)
+        except AssertionError:
+            exp = other.core.expiration
+            raise AssertionError(f"leader={other.lease.is_leader} task={exp._task} "
+                                 f"sealed={other.core.barrier.sealed} "
+                                 f"at={await exp.view.list_all('at/')}") from None
+        status, _ = await c.request("GET", "/v1/auth/token/lookup-self", token=token)
+        assert status == 403
+    finally:
+        await c.close()
+
+
+async def test_require_request_header(nats_url: str) -> None:
+    c = await start_cluster(nats_url, require_request_header=True, initialize=False)
+    try:
+        async with aiohttp.ClientSession() as s:
+            async with s.get(c.secrets_url + "/v1/sys/seal-status") as r:
+                assert r.status == 412 and "X-Svc-Request" in (await r.json())["errors"][0]
+            async with s.get(c.secrets_url + "/v1/sys/seal-status",
+                             headers={"X-Svc-Request": "true"}) as r:
+                assert r.status == 200
+            async with s.get(c.secrets_url + "/v1/sys/seal-status",
+                             headers={"X-Vault-Request": "true"}) as r:
+                assert r.status == 200
+    finally:
+        await c.close()
