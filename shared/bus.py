@@ -71,6 +71,8 @@ class Bus:
         self.name = name
         self._subs: list[Any] = []
         self._inflight: set[asyncio.Task[None]] = set()
+        # Called after a reconnect: broadcasts sent meanwhile were missed, caches must reload.
+        self.reconnect_hooks: list[Callable[[], Awaitable[None]]] = []
 
     @classmethod
     async def connect(cls, url: str, name: str, **options: Any) -> Bus:
@@ -80,8 +82,15 @@ class Bus:
         async def on_disconnect() -> None:
             log.warning("nats disconnected", client=name)
 
+        holder: list[Bus] = []
+
         async def on_reconnect() -> None:
             log.info("nats reconnected", client=name)
+            for hook in list(holder[0].reconnect_hooks) if holder else []:
+                try:
+                    await hook()
+                except Exception:
+                    log.exception("reconnect hook failed")
 
         nc = await nats.connect(
             servers=[u.strip() for u in url.split(",")],
@@ -94,7 +103,9 @@ class Bus:
             reconnected_cb=on_reconnect,
             **options,
         )
-        return cls(nc, name)
+        bus = cls(nc, name)
+        holder.append(bus)
+        return bus
 
     @property
     def max_payload(self) -> int:

@@ -57,6 +57,7 @@ class LeaderLease:
         self._seen: tuple[int, float] = (-1, 0.0)
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self._stopping = False
 
     @property
     def is_leader(self) -> bool:
@@ -72,18 +73,21 @@ class LeaderLease:
     async def stop(self, *, release: bool = True) -> None:
         """Stop campaigning; with `release` a leader deletes its lease so a peer takes over at
         once instead of after a ttl (`release=False` behaves like a crash)."""
-        if self._task is not None:
-            self._task.cancel()
+        task, self._task = self._task, None
+        if task is not None:
+            # 3.11's wait_for can swallow a cancel racing a wake-up; the flag ends the loop too.
+            self._stopping = True
+            self._wake.set()
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+                await asyncio.wait_for(asyncio.shield(task), 5)
         if self._leader and release:
             with contextlib.suppress(Exception):
                 await self.kv.delete(self.name, last=self._rev)
         await self._set_leader(False)
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.ttl / 3)
             self._wake.clear()

@@ -93,3 +93,22 @@ async def test_require_request_header(nats_url: str) -> None:
                 assert r.status == 200
     finally:
         await c.close()
+
+
+async def test_revocation_reaches_every_replica_cache(nats_url: str) -> None:
+    c = await start_cluster(nats_url, replicas=2)
+    try:
+        for _ in range(3):
+            status, body = await c.request("POST", "/v1/auth/token/create", json={"ttl": "1h"})
+            tok = body["auth"]["client_token"]
+            # Warm both replicas' caches (the queue group spreads these).
+            for _ in range(10):
+                status, _ = await c.request("GET", "/v1/auth/token/lookup-self", token=tok)
+                assert status == 200
+            status, _ = await c.request("POST", "/v1/auth/token/revoke", json={"token": tok})
+            assert status == 204
+            for _ in range(10):
+                status, _ = await c.request("GET", "/v1/auth/token/lookup-self", token=tok)
+                assert status == 403
+    finally:
+        await c.close()

@@ -130,6 +130,7 @@ class Core:
 
     async def pre_seal(self) -> None:
         self.active = False
+        self.tokens.invalidate_local()
         await self.expiration.stop()
         self.tables.clear()
         self.policies.invalidate()
@@ -153,7 +154,9 @@ class Core:
     async def _on_invalidate(self, msg: Invalidate, _ctx: object) -> None:
         if msg.origin == self.seal.node_id or self.barrier.sealed:
             return
-        if msg.what == "policies":
+        if msg.what.startswith("token:"):
+            self.tokens.invalidate_local(msg.what[len("token:"):])
+        elif msg.what == "policies":
             self.policies.invalidate()
         else:
             await self.reload()

@@ -164,6 +164,9 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
         op = await backend.resolve_op(routed, op, req, fields)
         req.op = op
     spec = backend.operation(routed, op)
+    if core.dr_mode == "secondary" and not spec.unauthenticated:
+        raise SecretsError(400, "this cluster is a DR secondary: it accepts no client tokens "
+                                "(operations on it take a DR operation token)")
 
     if not spec.unauthenticated:
         entry = await _authenticate(core, token_id)

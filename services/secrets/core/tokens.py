@@ -66,10 +66,37 @@ class TokenEntry(msgspec.Struct, kw_only=True):
         return max(0, int(self.expire_time - (now or time.time())))
 
 
+# How long a replica trusts a cached token without reading storage. Revocations reach every
+# replica at once by broadcast; this bounds the damage of a missed broadcast.
+CACHE_SECONDS = 5.0
+CACHE_MAX = 100_000
+
+
 class TokenStore:
+    """Tokens in storage, with a small per-replica cache of unlimited-use tokens so that the
+    hot path (every request) costs no storage round trip."""
+
     def __init__(self, core: Core) -> None:
         self.core = core
         self.salt = b""
+        self._cache: dict[str, tuple[TokenEntry, float]] = {}
+        self._invalidated: dict[str, float] = {}
+
+    def invalidate_local(self, key: str | None = None) -> None:
+        now = time.monotonic()
+        if key is None:
+            self._cache.clear()
+            self._invalidated.clear()
+            return
+        self._cache.pop(key, None)
+        self._invalidated[key] = now
+        if len(self._invalidated) > 10_000:
+            cutoff = now - 60
+            self._invalidated = {k: t for k, t in self._invalidated.items() if t > cutoff}
+
+    async def invalidate(self, key: str) -> None:
+        self.invalidate_local(key)
+        await self.core.broadcast_invalidate(f"token:{key}")
 
     async def load_salt(self) -> None:
         view = self.core.barrier.view("")
@@ -127,21 +154,35 @@ class TokenStore:
     async def save(self, entry: TokenEntry) -> None:
         view = self._view(entry.namespace_id)
         assert view is not None
-        await view.put_obj(f"id/{self.hash(entry.id)}", entry)
+        key = self.hash(entry.id)
+        await view.put_obj(f"id/{key}", entry)
+        await self.invalidate(key)
 
     # ---- read -----------------------------------------------------------------------
     async def lookup(self, token_id: str) -> TokenEntry | None:
         if not token_id or len(token_id) > 256:
             return None
+        key = self.hash(token_id)
+        hit = self._cache.get(key)
+        started = time.monotonic()
+        if hit is not None and started - hit[1] < CACHE_SECONDS and not hit[0].expired():
+            return hit[0]
         view = self._view(self.namespace_of(token_id))
         if view is None:
             return None
-        entry = await view.get_obj(f"id/{self.hash(token_id)}", TokenEntry)
+        entry = await view.get_obj(f"id/{key}", TokenEntry)
         if entry is None:
+            self._cache.pop(key, None)
             return None
         if entry.expired():
             await self.revoke_tree(entry)
             return None
+        # Limited-use tokens change on every use: always read them from storage. An entry
+        # invalidated while we were reading it is not cached either.
+        if entry.num_uses == 0 and self._invalidated.get(key, 0.0) < started:
+            if len(self._cache) >= CACHE_MAX:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = (entry, started)
         return entry
 
     async def lookup_accessor(self, accessor: str, namespace_id: str) -> TokenEntry | None:
@@ -229,6 +270,7 @@ class TokenStore:
         key = self.hash(entry.id)
         await self.core.expiration.revoke_by_token(key)
         await view.delete(f"id/{key}")
+        await self.invalidate(key)
         await view.delete(f"accessor/{self.hash(entry.accessor)}")
         if entry.parent:
             await view.delete(f"parent/{entry.parent}/{key}")
