@@ -172,6 +172,8 @@ class Bus:
 
         sub = await self.nc.subscribe(subject, queue=queue or "", cb=on_message)
         self._subs.append(sub)
+        # Round trip to the server: once serve() returns, requests find this subscriber.
+        await self.nc.flush()
 
     async def _handle(self, msg: Msg, dec: msgspec.msgpack.Decoder, handler: Handler) -> None:
         headers = dict(msg.headers or {})

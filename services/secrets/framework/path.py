@@ -53,6 +53,9 @@ _PARAM = re.compile(r"\{(\w+)(\*?)\}")
 
 
 def template_regex(template: str) -> re.Pattern[str]:
+    """`{name}` one segment, `{path*}` the rest; a trailing slash is optional (LIST paths)."""
+    slash = template.endswith("/")
+    template = template.rstrip("/") if slash else template
     out, pos = [], 0
     for m in _PARAM.finditer(template):
         out.append(re.escape(template[pos : m.start()]))
@@ -60,7 +63,7 @@ def template_regex(template: str) -> re.Pattern[str]:
         out.append(f"(?P<{name}>.+)" if greedy else f"(?P<{name}>[^/]+)")
         pos = m.end()
     out.append(re.escape(template[pos:]))
-    return re.compile("".join(out) + "/?" if template.endswith("/") else "".join(out))
+    return re.compile("".join(out) + ("/?" if slash else ""))
 
 
 def template_openapi(template: str) -> str:
