@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ import nats.errors
 import structlog
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
+from prometheus_client import Counter, Histogram
 
 from shared.errors import BusTimeout, NoResponders, ServiceError
 from shared.messages import BusError
@@ -32,6 +34,12 @@ T = TypeVar("T")
 REQUEST_ID = "Trellis-Request-Id"
 CALLER = "Trellis-Caller"
 ERROR = "Trellis-Error"
+
+HANDLED = Counter("trellis_bus_handled_total", "Bus messages handled", ["subject", "outcome"])
+HANDLE_SECONDS = Histogram(
+    "trellis_bus_handle_seconds", "Time to handle one bus message", ["subject"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5, 30),
+)
 
 _encoder = msgspec.msgpack.Encoder()
 _decoders: dict[Any, msgspec.msgpack.Decoder] = {}
@@ -183,6 +191,9 @@ class Bus:
             caller=headers.get(CALLER, ""),
             headers=headers,
         )
+        # Metrics by subject family, without the per-cluster prefix (bounded label values).
+        family = msg.subject.split(".", 1)[-1]
+        started = time.perf_counter()
         with structlog.contextvars.bound_contextvars(request_id=ctx.request_id):
             reply: bytes
             error = False
@@ -204,6 +215,8 @@ class Bus:
                     await self.nc.publish(
                         msg.reply, reply, headers={ERROR: "1"} if error else None
                     )
+        HANDLED.labels(family, "error" if error else "ok").inc()
+        HANDLE_SECONDS.labels(family).observe(time.perf_counter() - started)
 
     async def close(self) -> None:
         """Stop intake, let in-flight handlers finish, then drain and close the connection."""

@@ -26,6 +26,7 @@ import os
 import signal
 import stat
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,8 @@ from typing import Any
 import msgspec
 
 PROTOCOL = 1
+# About 30 s without the bus and a plugin gives up (Trellis restarts it when needed).
+RECONNECT_ATTEMPTS = 60
 OPERATIONS = ("read", "list", "create", "update", "delete", "patch")
 
 # Environment Trellis sets for a plugin process.
@@ -208,8 +211,7 @@ class Plugin:
         self._revoke: dict[str, RevokeHandler] = {}
         self._renew: dict[str, RenewHandler] = {}
 
-    def route(self, template: str, *ops: str, synopsis: str = ""
-              ) -> Callable[[Handler], Handler]:
+    def route(self, template: str, *ops: str, synopsis: str = "") -> Callable[[Handler], Handler]:
         """Serve `ops` ("read", "update", ...) on `template`; "write" means create and update."""
         expanded = [o for op in ops for o in (("create", "update") if op == "write" else (op,))]
         for op in expanded:
@@ -218,7 +220,8 @@ class Plugin:
 
         def register(handler: Handler) -> Handler:
             route = self._routes.setdefault(
-                template, _Route(PathSpec(template=template, operations=[]), {}))
+                template, _Route(PathSpec(template=template, operations=[]), {})
+            )
             for op in expanded:
                 route.handlers[op] = handler
                 if op not in route.spec.operations:
@@ -226,34 +229,49 @@ class Plugin:
             if synopsis:
                 route.spec.synopsis = synopsis
             return handler
+
         return register
 
     def exists(self, template: str) -> Callable[[ExistsHandler], ExistsHandler]:
         """Tell create from update on `template` (declare its routes first)."""
+
         def register(handler: ExistsHandler) -> ExistsHandler:
             route = self._routes[template]
             route.exists = handler
             route.spec.has_exists = True
             return handler
+
         return register
 
-    def secret(self, secret_type: str, revoke: RevokeHandler,
-               renew: RenewHandler | None = None) -> None:
+    def secret(
+        self, secret_type: str, revoke: RevokeHandler, renew: RenewHandler | None = None
+    ) -> None:
         """A kind of leased secret: `revoke` runs when its lease ends."""
         self._revoke[secret_type] = revoke
         if renew is not None:
             self._renew[secret_type] = renew
 
     def info(self) -> PluginInfo:
-        return PluginInfo(name=self.name, help=self.help,
-                          paths=[r.spec for r in self._routes.values()],
-                          secret_types=sorted(self._revoke))
+        return PluginInfo(
+            name=self.name,
+            help=self.help,
+            paths=[r.spec for r in self._routes.values()],
+            secret_types=sorted(self._revoke),
+        )
 
     async def handle(self, call: PluginCall, storage: Storage) -> PluginReply:
-        req = PluginRequest(op=call.op, path=call.path, captures=dict(call.captures),
-                            data=dict(call.data), storage=storage, mount_path=call.mount_path,
-                            namespace=call.namespace, secret_type=call.secret_type,
-                            internal=dict(call.internal), increment=call.increment)
+        req = PluginRequest(
+            op=call.op,
+            path=call.path,
+            captures=dict(call.captures),
+            data=dict(call.data),
+            storage=storage,
+            mount_path=call.mount_path,
+            namespace=call.namespace,
+            secret_type=call.secret_type,
+            internal=dict(call.internal),
+            increment=call.increment,
+        )
         try:
             if call.op == "revoke":
                 fn = self._revoke.get(call.secret_type)
@@ -281,8 +299,9 @@ class Plugin:
             print(f"plugin {self.name}: {call.op} {call.path} failed: {exc!r}", file=sys.stderr)
             return PluginReply(status=500, error="internal error in plugin")
         if isinstance(result, Reply):
-            return PluginReply(status=result.status, data=result.data,
-                               warnings=result.warnings, lease=result.lease)
+            return PluginReply(
+                status=result.status, data=result.data, warnings=result.warnings, lease=result.lease
+            )
         return PluginReply(data=result)
 
 
@@ -295,8 +314,27 @@ async def serve(plugin: Plugin, nats_url: str, prefix: str) -> None:
     """Serve until stdin closes or a signal arrives."""
     import nats  # imported here so `import shared.plugin_sdk` stays cheap for Trellis
 
-    nc = await nats.connect(nats_url, name=f"plugin-{plugin.name}",
-                            max_reconnect_attempts=120, reconnect_time_wait=0.5)
+    stop = asyncio.Event()
+    last_error = 0.0
+
+    async def on_error(err: Exception) -> None:
+        # One line now and then, not a traceback per reconnect attempt.
+        nonlocal last_error
+        if time.monotonic() - last_error > 10:
+            last_error = time.monotonic()
+            print(f"plugin {plugin.name}: nats: {err or type(err).__name__}", file=sys.stderr)
+
+    async def on_closed() -> None:
+        stop.set()  # the bus is gone for good (reconnects exhausted): so are we
+
+    nc = await nats.connect(
+        nats_url,
+        name=f"plugin-{plugin.name}",
+        max_reconnect_attempts=RECONNECT_ATTEMPTS,
+        reconnect_time_wait=0.5,
+        error_cb=on_error,
+        closed_cb=on_closed,
+    )
     storage = Storage(nc, prefix)
     info = _enc.encode(plugin.info())
     tasks: set[asyncio.Task[None]] = set()
@@ -322,7 +360,6 @@ async def serve(plugin: Plugin, nats_url: str, prefix: str) -> None:
     await nc.subscribe(call_subject(prefix), queue="plugin", cb=on_call)
     await nc.flush()
 
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -351,6 +388,8 @@ def run(plugin: Plugin) -> None:
     url = os.environ.get(ENV_NATS_URL)
     prefix = os.environ.get(ENV_SUBJECT)
     if not url or not prefix:
-        sys.exit(f"{plugin.name}: this is a Trellis plugin; register it in the plugin catalog "
-                 f"and mount it ({ENV_NATS_URL} and {ENV_SUBJECT} are not set)")
+        sys.exit(
+            f"{plugin.name}: this is a Trellis plugin; register it in the plugin catalog "
+            f"and mount it ({ENV_NATS_URL} and {ENV_SUBJECT} are not set)"
+        )
     asyncio.run(serve(plugin, url, prefix))

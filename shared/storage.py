@@ -12,13 +12,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
 import nats.js.errors
 from nats.js import JetStreamContext
-from nats.js.api import KeyValueConfig, StorageType
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    KeyValueConfig,
+    StorageType,
+)
 from nats.js.kv import KeyValue
 
 _SAFE = re.compile(rb"[-_A-Za-z0-9]")
@@ -158,22 +165,46 @@ class JetStreamStorage:
             )
         except nats.js.errors.KeyWrongLastSequenceError as exc:
             raise CasConflict(key) from exc
+        except nats.js.errors.BadRequestError as exc:
+            # nats-py maps the wrong-last-sequence codes for update() only.
+            if exc.err_code in (10071, 10164):
+                raise CasConflict(key) from exc
+            raise
 
     async def list(self, prefix: str) -> list[str]:
-        """Full paths of the keys under `prefix`, sorted."""
-        watcher = await self.kv.watch(
-            _filter_for(prefix), meta_only=True, ignore_deletes=True, inactive_threshold=30
+        """Full paths of the keys under `prefix`, sorted.
+
+        An ephemeral pull consumer (last message per subject, headers only) gives an exact
+        count up front and each message's remaining count, so the end is known without the
+        race nats-py's watcher has between "nothing pending" and messages already delivered.
+        """
+        pre = f"$KV.{self.bucket}."
+        config = ConsumerConfig(
+            name=uuid.uuid4().hex, filter_subject=pre + _filter_for(prefix),
+            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, ack_policy=AckPolicy.NONE,
+            headers_only=True, inactive_threshold=30.0, mem_storage=True, num_replicas=1,
         )
+        info = await self.js.add_consumer(self.stream, config=config)
         keys: list[str] = []
         try:
-            async for entry in watcher:
-                if entry is None:
-                    break
-                if entry.operation is None:
-                    keys.append(decode_key(entry.key))
+            if info.num_pending == 0:
+                return keys
+            sub = await self.js.pull_subscribe_bind(stream=self.stream, name=config.name)
+            try:
+                done = False
+                while not done:
+                    for msg in await sub.fetch(batch=1024, timeout=5):
+                        op = msg.headers.get("KV-Operation") if msg.headers else None
+                        if op not in ("DEL", "PURGE"):
+                            keys.append(decode_key(msg.subject[len(pre):]))
+                        if msg.metadata.num_pending == 0:
+                            done = True
+            finally:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
         finally:
             with contextlib.suppress(Exception):
-                await watcher.stop()
+                await self.js.delete_consumer(self.stream, config.name)
         keys.sort()
         return keys
 

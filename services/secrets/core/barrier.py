@@ -69,9 +69,10 @@ class Barrier:
     async def update(self, path: str, value: bytes, revision: int) -> int:
         return await self.storage.update(path, self._ring().encrypt(path, value), revision)
 
-    async def delete(self, path: str) -> None:
+    async def delete(self, path: str, revision: int | None = None) -> None:
+        """Delete; with `revision`, only if the entry is still at that revision (CasConflict)."""
         self._ring()
-        await self.storage.delete(path)
+        await self.storage.delete(path, revision)
 
     async def list(self, prefix: str) -> list[str]:
         """Immediate children of the folder `prefix` (which ends in '/' or is empty)."""
@@ -112,8 +113,8 @@ class BarrierView:
     async def update(self, path: str, value: bytes, revision: int) -> int:
         return await self.barrier.update(self.prefix + path, value, revision)
 
-    async def delete(self, path: str) -> None:
-        await self.barrier.delete(self.prefix + path)
+    async def delete(self, path: str, revision: int | None = None) -> None:
+        await self.barrier.delete(self.prefix + path, revision)
 
     async def list(self, prefix: str = "") -> list[str]:
         return await self.barrier.list(self.prefix + prefix)

@@ -57,6 +57,7 @@ class Core:
         self.expiration = ExpirationManager(self, is_leader)
         self.wrapping = WrappingManager(self)
         self.tables: dict[str, MountTable] = {}
+        self.table_revs: dict[str, tuple[int, int]] = {}
         self._reload_lock = asyncio.Lock()
         self.cluster_id = ""
         # True once unsealed AND the mount tables are loaded: until then requests see "sealed".
@@ -169,8 +170,32 @@ class Core:
         got = await self.namespaces.view(ns).get_obj_entry(self._table_key(auth), MountTableDoc)
         return got if got is not None else (MountTableDoc(), 0)
 
+    async def _doc_revisions(self, ns: Namespace) -> tuple[int, int]:
+        view = self.namespaces.view(ns)
+        out = []
+        for auth in (False, True):
+            got = await view.get_entry(self._table_key(auth))
+            out.append(got[1] if got else 0)
+        return out[0], out[1]
+
+    async def refresh_if_stale(self, ns: Namespace) -> bool:
+        """A request found no mount: if the stored tables moved on since we loaded them (an
+        invalidation still in flight), reload now. One storage read per miss."""
+        if await self._doc_revisions(ns) == self.table_revs.get(ns.id):
+            return False
+        self.tables[ns.id] = await self._load_table(ns)
+        return True
+
+    async def refresh_namespaces(self) -> None:
+        """An unknown namespace: re-read the namespace list and load tables of new ones."""
+        await self.namespaces.load()
+        for nsid, ns in list(self.namespaces.by_id.items()):
+            if nsid not in self.tables:
+                self.tables[nsid] = await self._load_table(ns)
+
     async def _load_table(self, ns: Namespace) -> MountTable:
         table = MountTable()
+        self.table_revs[ns.id] = await self._doc_revisions(ns)
         for path, type_ in SYSTEM_MOUNTS.items():
             entry = MountEntry(path=path, type=type_, uuid=f"{ns.id}-{type_}",
                                accessor=f"{type_}_{ns.id}", namespace_id=ns.id,

@@ -81,6 +81,8 @@ def _parse_body(env: HttpRequest) -> dict[str, Any]:
         data = json.loads(env.body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise bad_request(f"failed to parse JSON input: {exc}") from None
+    except RecursionError:
+        raise bad_request("failed to parse JSON input: nested too deeply") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -128,11 +130,18 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
             raise sealed()
         ns, ns_path = ROOT, path
     else:
-        ns, ns_path = core.namespaces.resolve(header(env, "x-svc-namespace",
-                                                     "x-vault-namespace"), path)
+        ns_header = header(env, "x-svc-namespace", "x-vault-namespace")
+        try:
+            ns, ns_path = core.namespaces.resolve(ns_header, path)
+        except SecretsError:
+            await core.refresh_namespaces()  # created on another replica a moment ago?
+            ns, ns_path = core.namespaces.resolve(ns_header, path)
 
     table = core.table(ns)
     mount = table.match(ns_path) if not sealed_now else None
+    if mount is None and not sealed_now and await core.refresh_if_stale(ns):
+        table = core.table(ns)
+        mount = table.match(ns_path)
     if sealed_now:
         backend: Backend = core.sealed_system_backend()
         mount_path = "sys/"

@@ -32,6 +32,8 @@ class Request:
     query: dict[str, list[str]] = field(default_factory=dict)
     # The capabilities the caller holds on this path (for handlers that decide on them).
     capabilities: frozenset[str] = frozenset()
+    # What an existence check read, for the handler to reuse within the same request.
+    scratch: dict[str, Any] = field(default_factory=dict)
 
     @property
     def full_path(self) -> str:

@@ -8,6 +8,9 @@ from typing import Any
 
 from services.secrets.errors import bad_request
 
+MAX_VERSIONS_LIMIT = 2**32 - 1  # Vault keeps max_versions in a uint32
+MAX_DURATION = (2**63 - 1) // 10**9  # Go's time.Duration limit, in seconds
+
 
 def weak_int(name: str, value: Any) -> int:
     """12, 12.0, "12", "" (0), true (1); a one-element list from a repeated query parameter."""
@@ -78,3 +81,16 @@ def cas_option(body: dict[str, Any]) -> int | None:
         return weak_int("cas", options["cas"])
     except Exception:
         raise bad_request("error parsing check-and-set parameter") from None
+
+
+def check_settings(
+    max_versions: int | None, delete_after: int | None, *, negative_delete_after: bool
+) -> None:
+    """Bounds of max_versions and delete_version_after, before they reach a stored record."""
+    if max_versions is not None and not 0 <= max_versions <= MAX_VERSIONS_LIMIT:
+        raise bad_request(f"max_versions must be between 0 and {MAX_VERSIONS_LIMIT}")
+    if delete_after is not None:
+        if delete_after < 0 and not negative_delete_after:
+            raise bad_request("delete_version_after cannot be negative")
+        if abs(delete_after) > MAX_DURATION:
+            raise bad_request("delete_version_after is too long")

@@ -15,7 +15,6 @@ for a new key); a conflict re-reads and retries, so two replicas never lose a ve
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import secrets
 from collections.abc import Awaitable, Callable
@@ -27,7 +26,7 @@ import structlog
 from services.secrets.core.barrier import BarrierView, CasConflict
 from services.secrets.engines.kv import records
 from services.secrets.engines.kv.records import Config, KeyRecord
-from services.secrets.errors import SecretsError, sealed
+from services.secrets.errors import SecretsError
 from services.secrets.framework.request import Request
 
 log = structlog.get_logger("kv")
@@ -46,11 +45,11 @@ MAX_ATTEMPTS = 64
 Got = tuple[KeyRecord, int] | None  # a key record and its revision, or None when absent
 
 
-class _Unset:
-    pass
+class Unset:
+    """Not read yet (whereas None means: read, and absent)."""
 
 
-UNSET = _Unset()
+UNSET = Unset()
 
 
 @dataclass
@@ -119,12 +118,12 @@ class KVStore:
             log.warning("could not delete old kv versions", count=failed)
 
     # ---- check-and-set ------------------------------------------------------------------
-    async def mutate(self, path: str, change: Change, got: Got | _Unset = UNSET) -> Any:
+    async def mutate(self, path: str, change: Change, got: Got | Unset = UNSET) -> Any:
         """Apply `change` to the key's current record and write the result by CAS, re-reading
         and re-applying on conflict. `got` is a record the caller already read (possibly
         stale: the CAS catches that)."""
         for attempt in range(MAX_ATTEMPTS):
-            if isinstance(got, _Unset):
+            if isinstance(got, Unset):
                 got = await self.get_key(path)
             record, revision = got if got is not None else (None, 0)
             plan = await change(record)
@@ -149,11 +148,11 @@ class KVStore:
             return plan.result
         raise busy()
 
-    async def delete_key(self, path: str, got: Got | _Unset = UNSET) -> None:
+    async def delete_key(self, path: str, got: Got | Unset = UNSET) -> None:
         """Remove a key record and all its versions. The record goes first, by CAS, so a write
         that raced in is either seen here (its blob deleted too) or lands after (a new key)."""
         for attempt in range(MAX_ATTEMPTS):
-            if isinstance(got, _Unset):
+            if isinstance(got, Unset):
                 got = await self.get_key(path)
             if got is None:
                 return
@@ -170,12 +169,8 @@ class KVStore:
 
 
 async def cas_delete(view: BarrierView, path: str, revision: int) -> None:
-    """Delete `path` only if it is still at `revision`. BarrierView has no conditional delete
-    yet, so this goes to the storage below it (deletes need no key, only an unsealed barrier)."""
-    barrier = view.barrier
-    if barrier.sealed:
-        raise sealed()
-    await barrier.storage.delete(view.prefix + path, revision)
+    """Delete `path` only if it is still at `revision`."""
+    await view.delete(path, revision)
 
 
 async def backoff(attempt: int) -> None:
@@ -184,15 +179,15 @@ async def backoff(attempt: int) -> None:
 
 
 # ---- a record read by the existence check, handed to the handler of the same request ------
-_PREFETCH = "_kv_prefetched"
+_PREFETCH = "kv_prefetched"
 
 
 def remember(req: Request, path: str, got: Got) -> None:
-    req.__dict__[_PREFETCH] = (path, got)
+    req.scratch[_PREFETCH] = (path, got)
 
 
-def recall(req: Request, path: str) -> Got | _Unset:
-    saved = req.__dict__.pop(_PREFETCH, None)
+def recall(req: Request, path: str) -> Got | Unset:
+    saved = req.scratch.pop(_PREFETCH, None)
     if saved is None or saved[0] != path:
         return UNSET
     return saved[1]
@@ -201,6 +196,5 @@ def recall(req: Request, path: str) -> Got | _Unset:
 async def key_exists(store: KVStore, req: Request, path: str) -> bool:
     """The create/update decision of a write; the record read here saves the handler a get."""
     got = await store.get_key(path)
-    with contextlib.suppress(Exception):
-        remember(req, path, got)
+    remember(req, path, got)
     return got is not None

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 import msgspec
 
 from services.secrets.core.barrier import CasConflict
+from services.secrets.engines.kv import inputs
 from services.secrets.engines.kv.store import MAX_ATTEMPTS, backoff, busy
-from services.secrets.errors import bad_request
 from services.secrets.framework.durations import format_duration
 from services.secrets.framework.fields import Duration, desc
 from services.secrets.framework.path import Op, Operation, Path, write
@@ -41,8 +41,7 @@ def paths(backend: KVBackend) -> list[Path]:
         )
 
     async def put(_req: Request, f: ConfigFields) -> Response:
-        if f.max_versions is not None and f.max_versions < 0:
-            raise bad_request("max_versions cannot be negative")
+        inputs.check_settings(f.max_versions, f.delete_version_after, negative_delete_after=True)
         if f.max_versions is None and f.cas_required is None and f.delete_version_after is None:
             return Response()
         for attempt in range(MAX_ATTEMPTS):

@@ -4,14 +4,22 @@ latest, and soft-delete the latest."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from services.secrets.engines.kv import inputs
 from services.secrets.engines.kv.merge_patch import merge_patch
 from services.secrets.engines.kv.records import Config, KeyRecord
-from services.secrets.engines.kv.store import INLINE_MAX, UNSET, KVStore, Plan, key_exists, recall
+from services.secrets.engines.kv.store import (
+    INLINE_MAX,
+    Got,
+    KVStore,
+    Plan,
+    Unset,
+    key_exists,
+    recall,
+)
 from services.secrets.engines.kv.timestamps import now_ns
 from services.secrets.engines.kv.versions import add_version, is_deleted, readable, version_metadata
 from services.secrets.errors import SecretsError, bad_request, not_found
@@ -75,9 +83,8 @@ def require_merge_patch(req: Request) -> None:
 
 
 def written(key: KeyRecord, number: int) -> Response:
-    meta = version_metadata(key, number, key.versions[number])
-    meta.pop("version")
-    return Response(data={**meta, "version": number})
+    """A write's answer: the new version's metadata."""
+    return Response(data=version_metadata(key, number, key.versions[number]))
 
 
 def paths(backend: KVBackend) -> list[Path]:
@@ -106,19 +113,22 @@ def paths(backend: KVBackend) -> list[Path]:
         cas = inputs.cas_option(req.data)
         raw = msgspec.json.encode(data)
         got = recall(req, f.path)
+
+        async def current() -> Got:
+            return await store.get_key(f.path) if isinstance(got, Unset) else got
+
         # The blob, the config and (unless prefetched) the record are fetched in parallel.
-        jobs: list[Any] = [store.create_blob(raw), store.get_config()]
-        if got is UNSET:
-            jobs.append(store.get_key(f.path))
-        results = await asyncio.gather(*jobs, return_exceptions=True)
-        blob = results[0] if isinstance(results[0], str) else ""
-        failed = next((r for r in results if isinstance(r, BaseException)), None)
-        if failed is not None:
-            await store.delete_blobs([blob] if blob else [])
-            raise failed
-        config: Config = results[1]
-        if got is UNSET:
-            got = results[2]
+        blob, config, record = await asyncio.gather(
+            store.create_blob(raw), store.get_config(), current(), return_exceptions=True
+        )
+        if (
+            isinstance(blob, BaseException)
+            or isinstance(config, BaseException)
+            or isinstance(record, BaseException)
+        ):
+            if isinstance(blob, str):
+                await store.delete_blobs([blob])
+            raise next(r for r in (blob, config, record) if isinstance(r, BaseException))
 
         async def change(key: KeyRecord | None) -> Plan:
             now = now_ns()
@@ -130,7 +140,7 @@ def paths(backend: KVBackend) -> list[Path]:
             return Plan(key, written(key, number), drop=dropped)
 
         try:
-            return await store.mutate(f.path, change, got)
+            return await store.mutate(f.path, change, record)
         except BaseException:
             await store.delete_blobs([blob])
             raise
@@ -151,7 +161,10 @@ def paths(backend: KVBackend) -> list[Path]:
             current = key.latest if key.latest is not None else await store.get_blob(entry.blob)
             if current is None:
                 raise not_found()
-            raw = msgspec.json.encode(merge_patch(msgspec.json.decode(current), delta))
+            try:
+                raw = msgspec.json.encode(merge_patch(msgspec.json.decode(current), delta))
+            except RecursionError:
+                raise bad_request("data is nested too deeply") from None
             blob = await store.create_blob(raw)
             now = now_ns()
             number, dropped = add_version(

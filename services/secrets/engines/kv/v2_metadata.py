@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
+from services.secrets.engines.kv import inputs
 from services.secrets.engines.kv.merge_patch import merge_patch
 from services.secrets.engines.kv.records import KeyRecord
 from services.secrets.engines.kv.store import Plan, key_exists, recall
@@ -85,10 +86,7 @@ def custom_metadata(raw: dict[str, Any], *, drop_nulls: bool = False) -> dict[st
 
 
 def validate(f: MetadataFields) -> None:
-    if f.max_versions is not None and f.max_versions < 0:
-        raise bad_request("max_versions cannot be negative")
-    if f.delete_version_after is not None and f.delete_version_after < 0:
-        raise bad_request("delete_version_after cannot be negative")
+    inputs.check_settings(f.max_versions, f.delete_version_after, negative_delete_after=False)
 
 
 def apply(key: KeyRecord, f: MetadataFields, custom: dict[str, str] | None) -> None:

@@ -3,7 +3,7 @@ restore, or permanently remove chosen versions. Unknown versions are skipped, as
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated
 
 import msgspec
@@ -56,7 +56,7 @@ def destroy(key: KeyRecord, n: int, v: VersionRecord, _now: int) -> bool:
 def paths(backend: KVBackend) -> list[Path]:
     store = backend.store
 
-    def handler(apply: Apply):  # type: ignore[no-untyped-def]
+    def handler(apply: Apply) -> Callable[[Request, VersionsFields], Awaitable[Response]]:
         async def run(_req: Request, f: VersionsFields) -> Response:
             wanted = inputs.version_list(f.versions)
 
