@@ -22,15 +22,15 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from services.gateway.main import Gateway  # noqa: E402
-from services.scheduler.client import ClientAgent, NodeConfig  # noqa: E402
-from services.scheduler.service import SchedulerService  # noqa: E402
-from shared.bus import Bus, CallContext  # noqa: E402
-from shared.logging import configure_logging  # noqa: E402
-from shared.messages import HttpRequest, HttpResponse  # noqa: E402
-from shared.settings import Settings  # noqa: E402
-from shared.subjects import ECHO  # noqa: E402
-from tests.conftest import start_nats  # noqa: E402
+from services.gateway.main import Gateway
+from services.scheduler.client import ClientAgent, NodeConfig
+from services.scheduler.service import SchedulerService
+from shared.bus import Bus, CallContext
+from shared.logging import configure_logging
+from shared.messages import HttpRequest, HttpResponse
+from shared.settings import Settings
+from shared.subjects import ECHO
+from tests.conftest import start_nats
 
 C2M_RATE = 1500.0  # containers/s in HashiCorp's C2M run
 
@@ -40,8 +40,7 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * p))]
 
 
-async def timed(session: aiohttp.ClientSession, method: str, url: str, body: Any = None
-                ) -> float:
+async def timed(session: aiohttp.ClientSession, method: str, url: str, body: Any = None) -> float:
     start = time.perf_counter()
     async with session.request(method, url, json=body) as r:
         await r.read()
@@ -65,17 +64,45 @@ async def latencies(n: int, concurrency: int, call: Any) -> tuple[list[float], f
 
 
 def small_job(i: int) -> dict[str, Any]:
-    return {"Job": {"ID": f"reg-{i}", "Type": "batch", "Datacenters": ["dc1"],
-                    "TaskGroups": [{"Name": "g", "Count": 0, "Tasks": [
-                        {"Name": "t", "Driver": "mock", "Config": {"run_for": "1s"}}]}]}}
+    return {
+        "Job": {
+            "ID": f"reg-{i}",
+            "Type": "batch",
+            "Datacenters": ["dc1"],
+            "TaskGroups": [
+                {
+                    "Name": "g",
+                    "Count": 0,
+                    "Tasks": [{"Name": "t", "Driver": "mock", "Config": {"run_for": "1s"}}],
+                }
+            ],
+        }
+    }
 
 
 def big_job(count: int) -> dict[str, Any]:
-    return {"Job": {"ID": "bench-big", "Type": "batch", "Datacenters": ["dc1"],
-                    "TaskGroups": [{"Name": "g", "Count": count, "EphemeralDisk": {"SizeMB": 1},
-                                    "Tasks": [{"Name": "t", "Driver": "mock",
-                                               "Config": {"run_for": "1h"},
-                                               "Resources": {"CPU": 20, "MemoryMB": 10}}]}]}}
+    return {
+        "Job": {
+            "ID": "bench-big",
+            "Type": "batch",
+            "Datacenters": ["dc1"],
+            "TaskGroups": [
+                {
+                    "Name": "g",
+                    "Count": count,
+                    "EphemeralDisk": {"SizeMB": 1},
+                    "Tasks": [
+                        {
+                            "Name": "t",
+                            "Driver": "mock",
+                            "Config": {"run_for": "1h"},
+                            "Resources": {"CPU": 20, "MemoryMB": 10},
+                        }
+                    ],
+                }
+            ],
+        }
+    }
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -84,8 +111,13 @@ async def main(args: argparse.Namespace) -> None:
     proc, url, _ = start_nats(tmp)
     buses: list[Bus] = []
     try:
-        settings = Settings(nats_url=url, cluster_name="bench", secrets_addr="127.0.0.1:0",
-                            workspace_addr="127.0.0.1:0", scheduler_addr="127.0.0.1:0")
+        settings = Settings(
+            nats_url=url,
+            cluster_name="bench",
+            secrets_addr="127.0.0.1:0",
+            workspace_addr="127.0.0.1:0",
+            scheduler_addr="127.0.0.1:0",
+        )
         buses = [await Bus.connect(url, n) for n in ("gw", "sched", "echo", "client")]
         gw = Gateway(buses[0], settings)
         await gw.start()
@@ -97,19 +129,29 @@ async def main(args: argparse.Namespace) -> None:
 
         await buses[2].serve(ECHO.on(settings.cluster_name), echo, HttpRequest, queue="echo")
         t0 = time.perf_counter()
-        agent = ClientAgent(buses[3], settings, NodeConfig(name="sim", drivers=("mock",)),
-                            simulate=args.nodes)
+        agent = ClientAgent(
+            buses[3], settings, NodeConfig(name="sim", drivers=("mock",)), simulate=args.nodes
+        )
         await agent.start()
-        print(f"registered {args.nodes} simulated nodes in {time.perf_counter() - t0:.2f}s")
+        print(
+            f"registered {args.nodes} simulated nodes in {time.perf_counter() - t0:.2f}s",
+            flush=True,
+        )
         base = gw.addresses["scheduler"]
         async with aiohttp.ClientSession() as s:
+            print("measuring the echo baseline...", flush=True)
             await latencies(50, 8, lambda i: timed(s, "GET", base + "/_echo"))  # warm-up
             echo_lat, echo_wall = await latencies(
-                args.requests, args.concurrency, lambda i: timed(s, "GET", base + "/_echo"))
+                args.requests, args.concurrency, lambda i: timed(s, "GET", base + "/_echo")
+            )
+            print("measuring job registration...", flush=True)
             reg_lat, reg_wall = await latencies(
-                args.requests, args.concurrency,
-                lambda i: timed(s, "POST", base + "/v1/jobs", small_job(i)))
+                args.requests,
+                args.concurrency,
+                lambda i: timed(s, "POST", base + "/v1/jobs", small_job(i)),
+            )
 
+            print(f"placing {args.allocs} allocations...", flush=True)
             start = time.perf_counter()
             await timed(s, "POST", base + "/v1/jobs", big_job(args.allocs))
             placed_at = running_at = None
@@ -118,8 +160,10 @@ async def main(args: argparse.Namespace) -> None:
                 allocs = svc.fsm.t.job_allocs("default", "bench-big")
                 if placed_at is None and len(allocs) >= args.allocs:
                     placed_at = time.perf_counter()
-                if placed_at and sum(1 for a in allocs if a["ClientStatus"] == "running") \
-                        >= args.allocs:
+                if (
+                    placed_at
+                    and sum(1 for a in allocs if a["ClientStatus"] == "running") >= args.allocs
+                ):
                     running_at = time.perf_counter()
                     break
                 await asyncio.sleep(0.02)
@@ -128,8 +172,10 @@ async def main(args: argparse.Namespace) -> None:
         await gw.stop()
 
         def show(name: str, lat: list[float], wall: float) -> None:
-            print(f"{name:<18} p50 {statistics.median(lat) * 1000:7.2f} ms   "
-                  f"p99 {pct(lat, 0.99) * 1000:7.2f} ms   {len(lat) / wall:8.0f} req/s")
+            print(
+                f"{name:<18} p50 {statistics.median(lat) * 1000:7.2f} ms   "
+                f"p99 {pct(lat, 0.99) * 1000:7.2f} ms   {len(lat) / wall:8.0f} req/s"
+            )
 
         print(f"\n{args.requests} requests each, concurrency {args.concurrency}")
         show("echo baseline", echo_lat, echo_wall)
@@ -142,12 +188,16 @@ async def main(args: argparse.Namespace) -> None:
             print(f"\nplacements: not all {args.allocs} placed within {args.timeout}s")
             return
         rate = args.allocs / (placed_at - start)
-        print(f"\nplacements: {args.allocs} allocations on {args.nodes} nodes in "
-              f"{placed_at - start:.2f}s = {rate:.0f} placements/s "
-              f"({rate / C2M_RATE:.2f}x Nomad C2M's {C2M_RATE:.0f}/s)")
+        print(
+            f"\nplacements: {args.allocs} allocations on {args.nodes} nodes in "
+            f"{placed_at - start:.2f}s = {rate:.0f} placements/s "
+            f"({rate / C2M_RATE:.2f}x Nomad C2M's {C2M_RATE:.0f}/s)"
+        )
         if running_at is not None:
-            print(f"all running (client reported) after {running_at - start:.2f}s = "
-                  f"{args.allocs / (running_at - start):.0f} allocs/s end to end")
+            print(
+                f"all running (client reported) after {running_at - start:.2f}s = "
+                f"{args.allocs / (running_at - start):.0f} allocs/s end to end"
+            )
     finally:
         for b in buses:
             await b.close()

@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> None:
     dev.add_argument("--workspace-addr", default="127.0.0.1:8800")
     dev.add_argument("--scheduler-addr", default="127.0.0.1:4646")
     dev.add_argument("--nats-url", default="", help="use this NATS instead of starting one")
+    dev.add_argument("--cluster-addr", default="",
+                     help="DR replication listener (default: a free port on 127.0.0.1)")
     dev.add_argument("--plugin-directory", default="")
     dev.add_argument("--cluster-name", default="trellis")
     dev.add_argument("--acl", action="store_true", help="turn on scheduler ACLs")

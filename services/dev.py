@@ -174,6 +174,7 @@ def run_dev(args: Any) -> int:
            "TRELLIS_WORKSPACE_ADDR": args.workspace_addr,
            "TRELLIS_SCHEDULER_ADDR": args.scheduler_addr,
            "TRELLIS_API_ADDR": f"http://{args.secrets_addr}",
+           "TRELLIS_CLUSTER_ADDR": args.cluster_addr or f"127.0.0.1:{_free_port()}",
            "PYTHONUNBUFFERED": "1"}
     if args.plugin_directory:
         env["TRELLIS_PLUGIN_DIRECTORY"] = str(Path(args.plugin_directory).resolve())
@@ -191,9 +192,12 @@ def run_dev(args: Any) -> int:
         nats_url = args.nats_url or start_nats(sup, data_dir)
         sup.env["TRELLIS_NATS_URL"] = nats_url
         _step("starting the secrets service and the gateway")
-        wanted = {"crypto", "workspace", "scheduler", "client"} if args.services == "all" \
+        wanted = {"crypto", "replication", "workspace", "scheduler", "client"} \
+            if args.services == "all" \
             else {s.strip() for s in args.services.split(",") if s.strip()}
         started = [sup.service("secrets") for _ in range(max(1, args.secrets_replicas))]
+        if "replication" in wanted:
+            started.append(sup.service("replication"))
         if "crypto" in wanted:
             started.append(sup.service("crypto", "--processes", str(max(1, args.crypto_processes))))
         gw = sup.service("gateway")

@@ -372,9 +372,15 @@ async def serve(plugin: Plugin, nats_url: str, prefix: str) -> None:
 
 
 async def _watch_stdin(stop: asyncio.Event) -> None:
-    """Trellis holds our stdin (a pipe) open; EOF means it is gone and we must not outlive it."""
-    if not stat.S_ISFIFO(os.fstat(sys.stdin.fileno()).st_mode):
-        return  # started by hand: rely on signals alone
+    """Trellis holds our stdin open; EOF means it is gone and we must not outlive it."""
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError):
+        return
+    # Trellis gives a pipe or a socket pair (asyncio's choice); a terminal or /dev/null means
+    # we were started by hand: rely on signals alone.
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+        return
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)

@@ -35,6 +35,14 @@ class CasConflict(Exception):
     """The key changed (or exists, or is gone) since the revision the writer saw."""
 
 
+class KeyTooLong(ValueError):
+    """The escaped key would not fit in a NATS subject (the server drops such connections)."""
+
+
+# NATS' control line is 4 KiB by default and carries the subject, a reply inbox and more.
+MAX_KEY_LENGTH = 2048
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     key: str
@@ -63,6 +71,8 @@ class Storage(Protocol):
 
 
 def encode_key(path: str) -> str:
+    if len(path) > MAX_KEY_LENGTH:
+        raise KeyTooLong(f"the path is too long (over {MAX_KEY_LENGTH} characters)")
     out = []
     for seg in path.split("/"):
         if not seg:
@@ -72,7 +82,10 @@ def encode_key(path: str) -> str:
         out.append(
             "".join(chr(b) if _SAFE.match(bytes([b])) else f"={b:02X}" for b in raw)
         )
-    return ".".join(out)
+    key = ".".join(out)
+    if len(key) > MAX_KEY_LENGTH:
+        raise KeyTooLong(f"the path is too long once escaped ({len(key)} > {MAX_KEY_LENGTH})")
+    return key
 
 
 def decode_key(key: str) -> str:

@@ -86,3 +86,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         report.outcome = "failed"
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         report.longrepr = f"skipped under TRELLIS_REQUIRE_ALL=1: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):  # type: ignore[no-untyped-def]
+    """The same for a module skipped as a whole (importorskip at import time)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get("TRELLIS_REQUIRE_ALL") == "1":
+        report.outcome = "failed"

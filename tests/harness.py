@@ -3,6 +3,7 @@ session's real nats-server, each cluster under its own unique name."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from dataclasses import dataclass, field
@@ -104,4 +105,9 @@ async def start_cluster(nats_url: str, *, replicas: int = 1, initialize: bool = 
             status, body = await cluster.request("POST", "/v1/sys/unseal", json={"key": key})
             assert status == 200, body
         assert body["sealed"] is False
+        # Every replica is unsealed by the broadcast; wait until each one serves.
+        deadline = asyncio.get_running_loop().time() + 15
+        while any(s.core is None or s.core.sealed for s in cluster.secrets):
+            assert asyncio.get_running_loop().time() < deadline, "a replica stayed sealed"
+            await asyncio.sleep(0.02)
     return cluster

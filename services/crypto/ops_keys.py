@@ -154,9 +154,13 @@ def public_pem(key: PublicKey) -> str:
 
 
 def public_openssh(key: PublicKey) -> str:
-    return key.public_bytes(
-        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
-    ).decode()
+    """The OpenSSH form, or "" for keys SSH cannot carry (P-224)."""
+    try:
+        return key.public_bytes(
+            serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+        ).decode()
+    except ValueError:
+        return ""
 
 
 def fingerprint(key: PublicKey) -> str:

@@ -50,7 +50,17 @@ _RSA_BITS: dict[str, tuple[int, tuple[int, ...]]] = {
     "issue": (2048, (2048, 3072, 4096)),
     "dynamic": (1024, (1024, 2048)),
 }
-_SIGNERS = {"ssh-rsa": hashes.SHA1, "rsa-sha2-256": hashes.SHA256, "rsa-sha2-512": hashes.SHA512}
+_SIGNERS: dict[str, hashes.HashAlgorithm] = {
+    "ssh-rsa": hashes.SHA1(),
+    "rsa-sha2-256": hashes.SHA256(),
+    "rsa-sha2-512": hashes.SHA512(),
+}
+# ECDSA signs with the hash that goes with its curve (RFC 5656).
+_EC_HASHES: dict[int, hashes.HashAlgorithm] = {
+    256: hashes.SHA256(),
+    384: hashes.SHA384(),
+    521: hashes.SHA512(),
+}
 
 
 # ---- SSH wire format ------------------------------------------------------------------------
@@ -191,6 +201,7 @@ def load_private_key(text: str, *, trusted: bool = False) -> Any:
     """PEM (PKCS#1, SEC1, PKCS#8) or OpenSSH format, unencrypted. `trusted` skips RSA's slow
     consistency check for keys this service generated or already checked."""
     data = text.strip().encode() + b"\n"
+    key: Any
     try:
         if b"OPENSSH PRIVATE KEY" in data:
             key = serialization.load_ssh_private_key(data, None)
@@ -259,7 +270,7 @@ def _signature(ca: Any, data: bytes, algorithm_signer: str) -> bytes:
         name = "rsa-sha2-256" if algo == "default" else algo
         if name not in _SIGNERS:
             raise CryptoFailure(f"unknown algorithm_signer {algorithm_signer!r}")
-        sig = ca.sign(data, padding.PKCS1v15(), _SIGNERS[name]())
+        sig = ca.sign(data, padding.PKCS1v15(), _SIGNERS[name])
         return _string(name) + _string(sig)
     if algo != "default":
         raise CryptoFailure(
@@ -269,8 +280,7 @@ def _signature(ca: Any, data: bytes, algorithm_signer: str) -> bytes:
         )
     if isinstance(ca, ec.EllipticCurvePrivateKey):
         size = ca.curve.key_size
-        digest = {256: hashes.SHA256, 384: hashes.SHA384, 521: hashes.SHA512}[size]
-        r, s = decode_dss_signature(ca.sign(data, ec.ECDSA(digest())))
+        r, s = decode_dss_signature(ca.sign(data, ec.ECDSA(_EC_HASHES[size])))
         return _string(f"ecdsa-sha2-nistp{size}") + _string(_mpint(r) + _mpint(s))
     return _string("ssh-ed25519") + _string(ca.sign(data))
 

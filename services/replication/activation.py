@@ -91,8 +91,7 @@ def verify_jwt(token: str, cert_der: bytes) -> bool:
         key = x509.load_der_x509_certificate(cert_der).public_key()
         if len(sig) != 64 or not isinstance(key, ec.EllipticCurvePublicKey):
             return False
-        der = encode_dss_signature(int.from_bytes(sig[:32], "big"),
-                                   int.from_bytes(sig[32:], "big"))
+        der = encode_dss_signature(int.from_bytes(sig[:32], "big"), int.from_bytes(sig[32:], "big"))
         key.verify(der, f"{parts[0]}.{parts[1]}".encode(), ec.ECDSA(hashes.SHA256()))
         return True
     except (InvalidSignature, ValueError, IndexError):
@@ -106,31 +105,38 @@ def _ssl_for(addr: str, ca_file: str, ca_path: str) -> ssl.SSLContext | bool:
         if ca_file or ca_path:
             return ssl.create_default_context(cafile=ca_file or None, capath=ca_path or None)
     except (OSError, ssl.SSLError) as exc:
-        raise ServiceError(400, f"cannot load the CA given by ca_file/ca_path: "
-                                f"{exc.strerror or exc}") from None
+        raise ServiceError(
+            400, f"cannot load the CA given by ca_file/ca_path: {exc.strerror or exc}"
+        ) from None
     return ssl.create_default_context()
 
 
-async def unwrap(addr: str, wrapping_token: str, *, ca_file: str = "", ca_path: str = "",
-                 wait: float = 15.0) -> Activation:
+async def unwrap(
+    addr: str, wrapping_token: str, *, ca_file: str = "", ca_path: str = "", wait: float = 15.0
+) -> Activation:
     """Unwrap the activation token against the primary's API (it spends the token)."""
     if not addr.startswith(("http://", "https://")):
-        raise ServiceError(400, f"the primary API address {addr!r} must start with http:// "
-                                "or https://")
+        raise ServiceError(
+            400, f"the primary API address {addr!r} must start with http:// or https://"
+        )
     headers = {"X-Svc-Token": wrapping_token, "X-Svc-Request": "true"}
     url = addr.rstrip("/") + "/v1/sys/wrapping/unwrap"
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=wait)) as s, \
-                s.post(url, json={}, headers=headers,
-                       ssl=_ssl_for(addr, ca_file, ca_path)) as resp:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=wait)) as s,
+            s.post(url, json={}, headers=headers, ssl=_ssl_for(addr, ca_file, ca_path)) as resp,
+        ):
             text = await resp.text()
             status = resp.status
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        raise ServiceError(502, f"cannot reach the primary's API at {addr}: "
-                                f"{exc or type(exc).__name__}") from None
+        raise ServiceError(
+            502, f"cannot reach the primary's API at {addr}: {exc or type(exc).__name__}"
+        ) from None
     if status != 200:
-        raise bad_token("the primary refused to unwrap it (expired, revoked, already used, or "
-                        "not issued by that primary)")
+        raise bad_token(
+            "the primary refused to unwrap it (expired, revoked, already used, or "
+            "not issued by that primary)"
+        )
     try:
         data = json.loads(text).get("data") or {}
         return msgspec.convert(data, Activation)
@@ -142,8 +148,10 @@ async def unwrap(addr: str, wrapping_token: str, *, ca_file: str = "", ca_path: 
 def new_keypair() -> tuple[str, str]:
     """(private, public), both base64 raw X25519 keys."""
     key = X25519PrivateKey.generate()
-    return (base64.b64encode(key.private_bytes_raw()).decode(),
-            base64.b64encode(key.public_key().public_bytes_raw()).decode())
+    return (
+        base64.b64encode(key.private_bytes_raw()).decode(),
+        base64.b64encode(key.public_key().public_bytes_raw()).decode(),
+    )
 
 
 def _kdf(shared: bytes, eph_public: bytes) -> bytes:
@@ -154,26 +162,31 @@ def seal_for(public_key_b64: str, activation: Activation) -> str:
     try:
         peer = X25519PublicKey.from_public_bytes(base64.b64decode(public_key_b64, validate=True))
     except ValueError:
-        raise ServiceError(400, "secondary_public_key is not a key made by "
-                                "secondary/generate-public-key") from None
+        raise ServiceError(
+            400, "secondary_public_key is not a key made by secondary/generate-public-key"
+        ) from None
     eph = X25519PrivateKey.generate()
     eph_pub = eph.public_key().public_bytes_raw()
     nonce = os.urandom(12)
     ct = AESGCM(_kdf(eph.exchange(peer), eph_pub)).encrypt(
-        nonce, msgspec.json.encode(activation), eph_pub)
+        nonce, msgspec.json.encode(activation), eph_pub
+    )
     return SEALED_PREFIX + _b64url(eph_pub + nonce + ct)
 
 
 def open_sealed(token: str, private_key_b64: str) -> Activation:
     if not private_key_b64:
-        raise bad_token("it is encrypted to a public key, and this cluster has not generated "
-                        "one (secondary/generate-public-key)")
+        raise bad_token(
+            "it is encrypted to a public key, and this cluster has not generated "
+            "one (secondary/generate-public-key)"
+        )
     try:
-        raw = _unb64url(token[len(SEALED_PREFIX):])
+        raw = _unb64url(token[len(SEALED_PREFIX) :])
         eph_pub, nonce, ct = raw[:32], raw[32:44], raw[44:]
         key = X25519PrivateKey.from_private_bytes(base64.b64decode(private_key_b64))
-        plain = AESGCM(_kdf(key.exchange(X25519PublicKey.from_public_bytes(eph_pub)),
-                            eph_pub)).decrypt(nonce, ct, eph_pub)
+        plain = AESGCM(
+            _kdf(key.exchange(X25519PublicKey.from_public_bytes(eph_pub)), eph_pub)
+        ).decrypt(nonce, ct, eph_pub)
         activation = msgspec.json.decode(plain, type=Activation)
     except Exception:
         raise bad_token("it was not encrypted to this cluster's public key") from None

@@ -28,21 +28,28 @@ def new_identity(name: str) -> tuple[str, str]:
     now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()
-        .subject_name(subject).issuer_name(subject).public_key(key.public_key())
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=3650))
         .sign(key, hashes.SHA256())
     )
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     return cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem.decode()
 
 
 def fingerprint(cert_pem_or_der: str | bytes) -> str:
-    der = cert_pem_or_der if isinstance(cert_pem_or_der, bytes) else \
-        x509.load_pem_x509_certificate(cert_pem_or_der.encode()).public_bytes(
-            serialization.Encoding.DER)
+    der = (
+        cert_pem_or_der
+        if isinstance(cert_pem_or_der, bytes)
+        else x509.load_pem_x509_certificate(cert_pem_or_der.encode()).public_bytes(
+            serialization.Encoding.DER
+        )
+    )
     return hashlib.sha256(der).hexdigest()
 
 
@@ -82,12 +89,14 @@ class PinMismatch(Exception):
     """The server's certificate is not the one the activation token named."""
 
 
-async def open_channel(addr: str, pinned: str, *, wait: float = 5.0
-                       ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
+async def open_channel(
+    addr: str, pinned: str, *, wait: float = 5.0
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
     """Connect to a primary's cluster address; returns (reader, writer, peer cert DER)."""
     host, port = host_port(addr)
     reader, writer = await asyncio.wait_for(
-        asyncio.open_connection(host, port, ssl=client_context(), limit=2**20), wait)
+        asyncio.open_connection(host, port, ssl=client_context(), limit=2**20), wait
+    )
     sslobj = writer.get_extra_info("ssl_object")
     der = sslobj.getpeercert(binary_form=True) if sslobj is not None else None
     if not der or not hmac.compare_digest(hashlib.sha256(der).hexdigest(), pinned):

@@ -11,8 +11,13 @@ import msgspec
 from shared.subjects import Subject
 
 # Belongs in shared/subjects.py's catalogue; declared here until that file lists it.
-DR_CONTROL = Subject("replication.dr", "replication", "DrCommand", "DrReply",
-                     "DR replication control from the sys/replication/dr/* paths")
+DR_CONTROL = Subject(
+    "replication.dr",
+    "replication",
+    "DrCommand",
+    "DrReply",
+    "DR replication control from the sys/replication/dr/* paths",
+)
 
 
 class Status(msgspec.Struct, tag="status"):
@@ -110,10 +115,26 @@ class Reindex(msgspec.Struct, tag="reindex", kw_only=True):
     skip_flush: bool = False
 
 
-DrCommand = (Status | EnablePrimary | DemotePrimary | DisablePrimary | SecondaryToken
-             | BindToken | RevokeSecondary | GeneratePublicKey | EnableSecondary | Promote
-             | DisableSecondary | UpdatePrimary | AttemptRead | AttemptStart | AttemptCancel
-             | AttemptUpdate | DeleteOperationToken | Reindex)
+DrCommand = (
+    Status
+    | EnablePrimary
+    | DemotePrimary
+    | DisablePrimary
+    | SecondaryToken
+    | BindToken
+    | RevokeSecondary
+    | GeneratePublicKey
+    | EnableSecondary
+    | Promote
+    | DisableSecondary
+    | UpdatePrimary
+    | AttemptRead
+    | AttemptStart
+    | AttemptCancel
+    | AttemptUpdate
+    | DeleteOperationToken
+    | Reindex
+)
 
 
 class DrReply(msgspec.Struct, kw_only=True, omit_defaults=True):

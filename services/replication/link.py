@@ -38,9 +38,9 @@ class DrLink:
 
     async def start(self) -> None:
         settings = self.core.settings
-        self.store = await StateStore.open(self.core.bus.nc.jetstream(),
-                                           bucket_for(settings, "dr"),
-                                           replicas=settings.replicas)
+        self.store = await StateStore.open(
+            self.core.bus.nc.jetstream(), bucket_for(settings, "dr"), replicas=settings.replicas
+        )
         self.state = await self.store.load()
         self.core.dr_mode = self.state.mode
         self._task = asyncio.create_task(self._follow())
@@ -87,8 +87,9 @@ class DrLink:
         try:
             return await self.core.bus.request(subject, cmd, DrReply, timeout=wait)
         except NoResponders:
-            raise ServiceError(503, "the replication service is not running on this "
-                                    "cluster") from None
+            raise ServiceError(
+                503, "the replication service is not running on this cluster"
+            ) from None
 
 
 def link_of(core: Core) -> DrLink:

@@ -33,12 +33,18 @@ TABLE: dict[tuple[str, Move], str] = {
 
 _WHY = {
     (PRIMARY, Move.ENABLE_PRIMARY): "DR replication is already enabled: this cluster is a primary",
-    (SECONDARY, Move.ENABLE_PRIMARY):
-        "this cluster is a DR secondary: promote it to make it a primary",
-    (PRIMARY, Move.ENABLE_SECONDARY):
-        "this cluster is a DR primary: demote or disable it before enabling it as a secondary",
-    (SECONDARY, Move.ENABLE_SECONDARY):
-        "DR replication is already enabled: this cluster is a secondary",
+    (
+        SECONDARY,
+        Move.ENABLE_PRIMARY,
+    ): "this cluster is a DR secondary: promote it to make it a primary",
+    (
+        PRIMARY,
+        Move.ENABLE_SECONDARY,
+    ): "this cluster is a DR primary: demote or disable it before enabling it as a secondary",
+    (
+        SECONDARY,
+        Move.ENABLE_SECONDARY,
+    ): "DR replication is already enabled: this cluster is a secondary",
 }
 
 
@@ -57,8 +63,9 @@ def next_mode(mode: str, move: Move) -> str:
 def require(mode: str, wanted: str, what: str) -> None:
     """Operations outside the table (secondary-token, operation tokens...) need one mode."""
     if mode != wanted:
-        raise ServiceError(400, f"cannot {what}: this cluster is {_article(mode)}, "
-                                f"not a DR {wanted}")
+        raise ServiceError(
+            400, f"cannot {what}: this cluster is {_article(mode)}, not a DR {wanted}"
+        )
 
 
 def _article(mode: str) -> str:

@@ -62,25 +62,37 @@ class OperationTokens:
 
     def record(self) -> dict[str, Any]:
         a = self.attempt
-        return {"started": a is not None, "nonce": a.nonce if a else "",
-                "progress": len(a.shares) if a else 0, "required": a.required if a else 0,
-                "encoded_token": "", "pgp_fingerprint": a.pgp_fingerprint if a else "",
-                "complete": False}
+        return {
+            "started": a is not None,
+            "nonce": a.nonce if a else "",
+            "progress": len(a.shares) if a else 0,
+            "required": a.required if a else 0,
+            "encoded_token": "",
+            "pgp_fingerprint": a.pgp_fingerprint if a else "",
+            "complete": False,
+        }
 
     async def _config(self) -> tuple[SealConfig, bytes]:
         config, root = await self.read_seal()
         if config is None or root is None:
-            raise ServiceError(400, "no data has been replicated from the primary yet: its "
-                                    "unseal keys cannot be checked")
+            raise ServiceError(
+                400,
+                "no data has been replicated from the primary yet: its "
+                "unseal keys cannot be checked",
+            )
         if config.type != "shamir" or config.secret_shares < 1:
-            raise ServiceError(400, "the primary auto-unseals and has no key shares: an "
-                                    "operation token cannot be generated from shares")
+            raise ServiceError(
+                400,
+                "the primary auto-unseals and has no key shares: an "
+                "operation token cannot be generated from shares",
+            )
         return config, root
 
     async def start(self, pgp_key: str = "") -> dict[str, Any]:
         if self.attempt is not None:
-            raise ServiceError(400, "an operation token generation is already in progress; "
-                                    "cancel it first")
+            raise ServiceError(
+                400, "an operation token generation is already in progress; cancel it first"
+            )
         config, _ = await self._config()
         attempt = Attempt(nonce=str(uuid.uuid4()), required=config.secret_threshold)
         if pgp_key:
@@ -110,8 +122,11 @@ class OperationTokens:
         share = decode_share(key)
         want = 32 if config.secret_shares == 1 else 33
         if len(share) != want:
-            raise ServiceError(400, f"the key share has the wrong length: {len(share)} bytes, "
-                                    f"the primary's shares have {want}")
+            raise ServiceError(
+                400,
+                f"the key share has the wrong length: {len(share)} bytes, "
+                f"the primary's shares have {want}",
+            )
         if config.secret_shares > 1 and share[-1] in a.shares:
             raise ServiceError(400, "this key share was already given in this attempt")
         a.shares[share[-1] if config.secret_shares > 1 else 0] = share
@@ -123,8 +138,9 @@ class OperationTokens:
             open_with(kek, root_blob, ROOT_KEY.encode())
         except (BarrierError, ValueError):
             a.shares.clear()
-            raise ServiceError(400, "the key shares do not open the primary's root key; "
-                                    "progress was reset") from None
+            raise ServiceError(
+                400, "the key shares do not open the primary's root key; progress was reset"
+            ) from None
         token = TOKEN_PREFIX + random_b62(24)
         if a.pgp_key:
             encoded = await pgp.encrypt(a.pgp_key, token.encode())

@@ -25,12 +25,23 @@ def _key_bytes(pgp_key: str) -> bytes:
 async def _gpg(home: str, args: list[str], stdin: bytes) -> bytes:
     binary = shutil.which("gpg")
     if binary is None:
-        raise ServiceError(400, "PGP keys need gpg on the server, which it lacks; start the "
-                                "attempt without pgp_key to use a one-time password")
+        raise ServiceError(
+            400,
+            "PGP keys need gpg on the server, which it lacks; start the "
+            "attempt without pgp_key to use a one-time password",
+        )
     proc = await asyncio.create_subprocess_exec(
-        binary, "--homedir", home, "--batch", "--no-tty", "--quiet", *args,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE)
+        binary,
+        "--homedir",
+        home,
+        "--batch",
+        "--no-tty",
+        "--quiet",
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, _ = await asyncio.wait_for(proc.communicate(stdin), 30)
     if proc.returncode != 0:
         raise ServiceError(400, "pgp_key is not a usable PGP public key")
@@ -48,8 +59,7 @@ def _first_fingerprint(colons: bytes) -> str:
 async def fingerprint(pgp_key: str) -> str:
     raw = _key_bytes(pgp_key)
     with tempfile.TemporaryDirectory(prefix="trellis-gpg-") as home:
-        out = await _gpg(home, ["--with-colons", "--import-options", "show-only", "--import"],
-                         raw)
+        out = await _gpg(home, ["--with-colons", "--import-options", "show-only", "--import"], raw)
     return _first_fingerprint(out)
 
 
@@ -60,6 +70,9 @@ async def encrypt(pgp_key: str, data: bytes) -> str:
         await _gpg(home, ["--import"], raw)
         listing = await _gpg(home, ["--with-colons", "--list-keys"], b"")
         fpr = _first_fingerprint(listing)
-        out = await _gpg(home, ["--trust-model", "always", "--encrypt", "--recipient", fpr,
-                                "--output", "-"], data)
+        out = await _gpg(
+            home,
+            ["--trust-model", "always", "--encrypt", "--recipient", fpr, "--output", "-"],
+            data,
+        )
     return base64.b64encode(out).decode()

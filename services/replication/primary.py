@@ -66,8 +66,12 @@ class PrimaryServer:
         host, port = host_port(bind)
         st = self.svc.state
         self._server = await asyncio.start_server(
-            self._on_connection, host, port, ssl=server_context(st.tls_cert, st.tls_key),
-            limit=2**20)
+            self._on_connection,
+            host,
+            port,
+            ssl=server_context(st.tls_cert, st.tls_key),
+            limit=2**20,
+        )
         sock = self._server.sockets[0].getsockname()
         self.address = f"{sock[0]}:{sock[1]}"
         log.info("listening", address=self.address)
@@ -89,8 +93,9 @@ class PrimaryServer:
             s.close()
 
     # ---- one connection -------------------------------------------------------------------
-    async def _on_connection(self, reader: asyncio.StreamReader,
-                             writer: asyncio.StreamWriter) -> None:
+    async def _on_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         peer = writer.get_extra_info("peername")
         peer_s = f"{peer[0]}:{peer[1]}" if peer else ""
         session: Session | None = None
@@ -106,8 +111,7 @@ class PrimaryServer:
                 await wire.send(writer, self._welcome(sync=False, start=0))
                 return
             self.disconnect(frame.secondary_id)  # a reconnect replaces the old session
-            session = Session(frame.secondary_id, peer_s, api_address=frame.api_addr,
-                              writer=writer)
+            session = Session(frame.secondary_id, peer_s, api_address=frame.api_addr, writer=writer)
             self.sessions[frame.secondary_id] = session
             sender = asyncio.create_task(self._stream(session, frame, writer))
             acks = asyncio.create_task(self._read_acks(session, reader))
@@ -132,8 +136,9 @@ class PrimaryServer:
         rec = st.secondaries.get(hello.secondary_id)
         digest = hashlib.sha256(hello.secret).hexdigest()
         if rec is None or not hmac.compare_digest(digest, rec.secret_hash):
-            return wire.Reject(code=403, reason="unknown or revoked secondary: it needs a new "
-                                                "activation token")
+            return wire.Reject(
+                code=403, reason="unknown or revoked secondary: it needs a new activation token"
+            )
         if not rec.activated:
             if time.time() > rec.expires_at:
                 return wire.Reject(code=400, reason="the activation token has expired")
@@ -141,18 +146,27 @@ class PrimaryServer:
             rec.api_address = hello.api_addr
             await self.svc.save_state()
         elif not hmac.compare_digest(rec.node_id, hello.node_id):
-            return wire.Reject(code=400, reason="this activation token was already used by "
-                                                "another cluster")
+            return wire.Reject(
+                code=400, reason="this activation token was already used by another cluster"
+            )
         if not hello.probe and hello.cluster_id != st.cluster_id:
-            return wire.Reject(code=409, reason="the secondary belongs to another replication "
-                                                "set (cluster id); it must be re-enabled")
+            return wire.Reject(
+                code=409,
+                reason="the secondary belongs to another replication "
+                "set (cluster id); it must be re-enabled",
+            )
         return None
 
     def _welcome(self, *, sync: bool, start: int) -> wire.Welcome:
         st = self.svc.state
-        return wire.Welcome(cluster_id=st.cluster_id, epoch=st.epoch, sync=sync, start=start,
-                            last_wal=self.svc.indexer.index.seq,
-                            api_addr=self.svc.settings.api_addr)
+        return wire.Welcome(
+            cluster_id=st.cluster_id,
+            epoch=st.epoch,
+            sync=sync,
+            start=start,
+            last_wal=self.svc.indexer.index.seq,
+            api_addr=self.svc.settings.api_addr,
+        )
 
     async def _read_acks(self, session: Session, reader: asyncio.StreamReader) -> None:
         while True:
@@ -161,8 +175,9 @@ class PrimaryServer:
                 session.last_ack = frame.last_remote_wal
                 session.last_heartbeat = time.time()
 
-    async def _stream(self, session: Session, hello: wire.Hello,
-                      writer: asyncio.StreamWriter) -> None:
+    async def _stream(
+        self, session: Session, hello: wire.Hello, writer: asyncio.StreamWriter
+    ) -> None:
         svc = self.svc
         await svc.indexer.caught_up()
         index = svc.indexer.index
@@ -179,8 +194,7 @@ class PrimaryServer:
         try:
             syncing = bool(sync_buckets)
             if syncing:
-                await wire.send(writer, wire.SyncStart(buckets=sorted(sync_buckets),
-                                                       upto=snapshot))
+                await wire.send(writer, wire.SyncStart(buckets=sorted(sync_buckets), upto=snapshot))
                 await reader.start(1)
             else:
                 await reader.start(start + 1)
@@ -190,12 +204,13 @@ class PrimaryServer:
                 seen_any = seen_any or bool(batch)
                 if syncing:
                     head = [e for e in batch if e.seq <= snapshot]
-                    tail = batch[len(head):]
+                    tail = batch[len(head) :]
                     keep = [e for e in head if merkle.bucket_of(e.key) in sync_buckets]
                     if keep:
                         await wire.send(writer, wire.Batch(entries=keep))
-                    quiet = not batch and (seen_any or snapshot == 0
-                                           or time.monotonic() - began > 5)
+                    quiet = not batch and (
+                        seen_any or snapshot == 0 or time.monotonic() - began > 5
+                    )
                     if tail or quiet or (head and head[-1].seq >= snapshot):
                         # Every retained entry up to the snapshot has been through here.
                         await wire.send(writer, wire.SyncEnd(upto=snapshot))
@@ -205,8 +220,9 @@ class PrimaryServer:
                     await wire.send(writer, wire.Batch(entries=batch))
                 now = time.monotonic()
                 if not batch and now - last_beat >= HEARTBEAT / 2:
-                    await wire.send(writer, wire.Heartbeat(last_wal=svc.indexer.index.seq,
-                                                           time=time.time()))
+                    await wire.send(
+                        writer, wire.Heartbeat(last_wal=svc.indexer.index.seq, time=time.time())
+                    )
                     last_beat = now
         finally:
             await reader.stop()

@@ -108,12 +108,16 @@ class SecondaryClient:
     def hello(self, link: PrimaryLink, *, probe: bool) -> wire.Hello:
         svc = self.svc
         return wire.Hello(
-            secondary_id=link.secondary_id, secret=base64.b64decode(link.secret),
-            node_id=svc.state.node_id, cluster_id=svc.state.cluster_id, probe=probe,
+            secondary_id=link.secondary_id,
+            secret=base64.b64decode(link.secret),
+            node_id=svc.state.node_id,
+            cluster_id=svc.state.cluster_id,
+            probe=probe,
             epoch="" if self._force_diff else svc.progress.remote_epoch,
             last_remote_wal=svc.progress.last_remote_wal,
             buckets=[] if probe else svc.indexer.index.bucket_hashes(),
-            api_addr=svc.settings.api_addr)
+            api_addr=svc.settings.api_addr,
+        )
 
     async def probe(self, link: PrimaryLink) -> tuple[wire.Welcome, bytes]:
         """Check (and activate) the credential without changing anything here."""

@@ -85,8 +85,9 @@ class ReplicationService:
         self.js = self.bus.nc.jetstream()
         replicas = self.settings.replicas
         self.storage = await JetStreamStorage.open(self.js, self.bucket, replicas=replicas)
-        self.store = await StateStore.open(self.js, bucket_for(self.settings, "dr"),
-                                           replicas=replicas)
+        self.store = await StateStore.open(
+            self.js, bucket_for(self.settings, "dr"), replicas=replicas
+        )
         self.state = await self.store.load()
         if not self.state.node_id:
             self.state.node_id = uuid.uuid4().hex
@@ -102,8 +103,13 @@ class ReplicationService:
         elif self.state.mode == SECONDARY and self.state.primary is not None:
             self.client.start()
         self._flusher = asyncio.create_task(self._flush_progress())
-        await self.bus.serve(c.DR_CONTROL.on(self.settings.cluster_name), self._on_command,
-                             c.DrCommand, queue=c.DR_CONTROL.queue, concurrency=16)
+        await self.bus.serve(
+            c.DR_CONTROL.on(self.settings.cluster_name),
+            self._on_command,
+            c.DrCommand,
+            queue=c.DR_CONTROL.queue,
+            concurrency=16,
+        )
         self._ready = True
 
     async def stop(self) -> None:
@@ -155,8 +161,9 @@ class ReplicationService:
 
     async def _seal_secrets(self) -> None:
         """Seal every secrets replica at once (they also see the mode change, a moment later)."""
-        await self.bus.publish(subjects.SEAL_SEALED.on(self.settings.cluster_name),
-                               SealNotice(origin="replication"))
+        await self.bus.publish(
+            subjects.SEAL_SEALED.on(self.settings.cluster_name), SealNotice(origin="replication")
+        )
         await self.bus.nc.flush()
 
     # ---- commands -------------------------------------------------------------------------
@@ -178,8 +185,11 @@ class ReplicationService:
         st = self.state
         if st.mode == DISABLED:
             return {"mode": DISABLED}
-        out: dict[str, Any] = {"cluster_id": st.cluster_id, "mode": st.mode,
-                               "merkle_root": self.indexer.index.root()}
+        out: dict[str, Any] = {
+            "cluster_id": st.cluster_id,
+            "mode": st.mode,
+            "merkle_root": self.indexer.index.root(),
+        }
         if st.mode == PRIMARY:
             info = await self.js.stream_info(f"KV_{self.bucket}")
             secondaries = []
@@ -188,25 +198,43 @@ class ReplicationService:
                     continue
                 s = self.server.sessions.get(sid)
                 live = s is not None and time.time() - s.last_heartbeat < STALE_AFTER
-                secondaries.append({
-                    "api_address": rec.api_address or (s.api_address if s else ""),
-                    "cluster_address": s.peer if s else "",
-                    "connection_status": "connected" if live else "disconnected",
-                    "last_heartbeat": rfc3339(s.last_heartbeat) if s else "",
-                    "node_id": sid})
-            out.update(known_secondaries=sorted(st.secondaries), last_wal=info.state.last_seq,
-                       primary_cluster_addr=st.primary_cluster_addr, secondaries=secondaries)
+                secondaries.append(
+                    {
+                        "api_address": rec.api_address or (s.api_address if s else ""),
+                        "cluster_address": s.peer if s else "",
+                        "connection_status": "connected" if live else "disconnected",
+                        "last_heartbeat": rfc3339(s.last_heartbeat) if s else "",
+                        "node_id": sid,
+                    }
+                )
+            out.update(
+                known_secondaries=sorted(st.secondaries),
+                last_wal=info.state.last_seq,
+                primary_cluster_addr=st.primary_cluster_addr,
+                secondaries=secondaries,
+            )
             return out
         link, cl = st.primary, self.client
-        primaries = [] if link is None else [{
-            "api_address": cl.primary_api_addr or link.api_addr,
-            "cluster_address": link.cluster_addr,
-            "connection_status": "connected" if cl.live else "disconnected",
-            "last_heartbeat": rfc3339(cl.last_heartbeat) if cl.last_heartbeat else ""}]
-        out.update(known_primary_cluster_addrs=st.known_primary_cluster_addrs,
-                   last_remote_wal=self.progress.last_remote_wal, primaries=primaries,
-                   primary_cluster_addr=link.cluster_addr if link else "",
-                   secondary_id=st.secondary_id, state=cl.state)
+        primaries = (
+            []
+            if link is None
+            else [
+                {
+                    "api_address": cl.primary_api_addr or link.api_addr,
+                    "cluster_address": link.cluster_addr,
+                    "connection_status": "connected" if cl.live else "disconnected",
+                    "last_heartbeat": rfc3339(cl.last_heartbeat) if cl.last_heartbeat else "",
+                }
+            ]
+        )
+        out.update(
+            known_primary_cluster_addrs=st.known_primary_cluster_addrs,
+            last_remote_wal=self.progress.last_remote_wal,
+            primaries=primaries,
+            primary_cluster_addr=link.cluster_addr if link else "",
+            secondary_id=st.secondary_id,
+            state=cl.state,
+        )
         return out
 
     # primary -------------------------------------------------------------------------------
@@ -223,8 +251,9 @@ class ReplicationService:
             bound = await self.server.start(self.settings.cluster_addr)
         except (OSError, ValueError) as exc:
             self.state = before
-            raise ServiceError(400, f"cannot listen on the cluster address "
-                                    f"{self.settings.cluster_addr!r}: {exc}") from None
+            raise ServiceError(
+                400, f"cannot listen on the cluster address {self.settings.cluster_addr!r}: {exc}"
+            ) from None
         st.primary_cluster_addr = advertised or f"https://{bound}"
         st.mode, st.synced = PRIMARY, True
         st.generation += 1
@@ -258,21 +287,28 @@ class ReplicationService:
         if not cmd.id:
             raise ServiceError(400, "missing required field 'id'")
         if cmd.id in st.secondaries:
-            raise ServiceError(400, f"a secondary with id {cmd.id!r} already exists; revoke it "
-                                    "first to issue a new token")
+            raise ServiceError(
+                400,
+                f"a secondary with id {cmd.id!r} already exists; revoke it "
+                "first to issue a new token",
+            )
         if cmd.ttl <= 0:
             raise ServiceError(400, "ttl must be positive")
         secret, digest = new_secret()
         now = time.time()
         activation = Activation(
-            cluster_id=st.cluster_id, secondary_id=cmd.id,
+            cluster_id=st.cluster_id,
+            secondary_id=cmd.id,
             primary_cluster_addr=st.primary_cluster_addr,
             primary_api_addr=cmd.api_addr or self.settings.api_addr,
-            fingerprint=fingerprint(st.tls_cert), secret=secret, expires_at=now + cmd.ttl)
-        sealed = seal_for(cmd.secondary_public_key, activation) \
-            if cmd.secondary_public_key else ""
-        st.secondaries[cmd.id] = SecondaryRecord(id=cmd.id, secret_hash=digest,
-                                                 expires_at=now + cmd.ttl, created_at=now)
+            fingerprint=fingerprint(st.tls_cert),
+            secret=secret,
+            expires_at=now + cmd.ttl,
+        )
+        sealed = seal_for(cmd.secondary_public_key, activation) if cmd.secondary_public_key else ""
+        st.secondaries[cmd.id] = SecondaryRecord(
+            id=cmd.id, secret_hash=digest, expires_at=now + cmd.ttl, created_at=now
+        )
         await self.save_state()
         if sealed:
             return c.DrReply(data={"token": sealed})
@@ -285,9 +321,15 @@ class ReplicationService:
         rec.wrap_accessor = cmd.wrap_accessor
         await self.save_state()
         iat = int(cmd.creation_time)
-        claims = {"accessor": "", "addr": cmd.api_addr or self.settings.api_addr,
-                  "exp": iat + cmd.ttl, "iat": iat, "jti": cmd.wrapping_token, "nbf": iat - 5,
-                  "type": "wrapping"}
+        claims = {
+            "accessor": "",
+            "addr": cmd.api_addr or self.settings.api_addr,
+            "exp": iat + cmd.ttl,
+            "iat": iat,
+            "jti": cmd.wrapping_token,
+            "nbf": iat - 5,
+            "type": "wrapping",
+        }
         return {"token": sign_jwt(claims, self.state.tls_key)}
 
     async def _cmd_RevokeSecondary(self, cmd: c.RevokeSecondary) -> dict[str, Any]:
@@ -302,15 +344,18 @@ class ReplicationService:
     # secondary -----------------------------------------------------------------------------
     async def _cmd_GeneratePublicKey(self, _cmd: c.GeneratePublicKey) -> dict[str, Any]:
         if self.state.mode == PRIMARY:
-            raise ServiceError(400, "this cluster is a DR primary: only a (future) secondary "
-                                    "generates a public key")
+            raise ServiceError(
+                400,
+                "this cluster is a DR primary: only a (future) secondary generates a public key",
+            )
         private, public = new_keypair()
         self.state.public_key_private = private
         await self.save_state()
         return {"secondary_public_key": public}
 
-    async def _activation(self, token: str, api_addr: str, ca_file: str, ca_path: str
-                          ) -> tuple[Activation, str]:
+    async def _activation(
+        self, token: str, api_addr: str, ca_file: str, ca_path: str
+    ) -> tuple[Activation, str]:
         """Open an activation token: (activation, the JWT to verify after pinning or "")."""
         token = token.strip()
         if not token:
@@ -325,15 +370,21 @@ class ReplicationService:
             if claims.get("type") != "wrapping" or not wrapping:
                 raise bad_token("it is not a wrapping token")
         if not addr:
-            raise ServiceError(400, "the activation token names no primary API address; give "
-                                    "primary_api_addr")
-        return await unwrap(addr, wrapping, ca_file=ca_file, ca_path=ca_path), \
-            token if claims is not None else ""
+            raise ServiceError(
+                400, "the activation token names no primary API address; give primary_api_addr"
+            )
+        return await unwrap(
+            addr, wrapping, ca_file=ca_file, ca_path=ca_path
+        ), token if claims is not None else ""
 
     async def _probe(self, act: Activation, jwt: str) -> PrimaryLink:
-        link = PrimaryLink(cluster_addr=act.primary_cluster_addr, api_addr=act.primary_api_addr,
-                           fingerprint=act.fingerprint, secret=act.secret,
-                           secondary_id=act.secondary_id)
+        link = PrimaryLink(
+            cluster_addr=act.primary_cluster_addr,
+            api_addr=act.primary_api_addr,
+            fingerprint=act.fingerprint,
+            secret=act.secret,
+            secondary_id=act.secondary_id,
+        )
         try:
             _, der = await self.client.probe(link)
         except Rejected as exc:
@@ -341,16 +392,18 @@ class ReplicationService:
         except PinMismatch as exc:
             raise ServiceError(400, f"invalid activation token: {exc}") from None
         except (OSError, TimeoutError, ChannelClosed, ValueError) as exc:
-            raise ServiceError(502, f"cannot reach the primary's cluster address "
-                                    f"{link.cluster_addr}: {exc or type(exc).__name__}") from None
+            raise ServiceError(
+                502,
+                f"cannot reach the primary's cluster address "
+                f"{link.cluster_addr}: {exc or type(exc).__name__}",
+            ) from None
         if jwt and not verify_jwt(jwt, der):
             raise bad_token("it was not signed by the primary it names")
         return link
 
     async def _cmd_EnableSecondary(self, cmd: c.EnableSecondary) -> c.DrReply:
         next_mode(self.state.mode, Move.ENABLE_SECONDARY)
-        act, jwt = await self._activation(cmd.token, cmd.primary_api_addr, cmd.ca_file,
-                                          cmd.ca_path)
+        act, jwt = await self._activation(cmd.token, cmd.primary_api_addr, cmd.ca_file, cmd.ca_path)
         link = await self._probe(act, jwt)
         # Past every check: from here this cluster is a secondary and its data goes.
         st = self.state
@@ -363,8 +416,11 @@ class ReplicationService:
         await self._seal_secrets()
         await self._wipe()
         self.client.start()
-        return c.DrReply(warnings=["all data on this cluster was cleared; it now replicates "
-                                   f"from {link.cluster_addr}"])
+        return c.DrReply(
+            warnings=[
+                f"all data on this cluster was cleared; it now replicates from {link.cluster_addr}"
+            ]
+        )
 
     async def _wipe(self) -> None:
         await self.js.purge_stream(f"KV_{self.bucket}")
@@ -378,21 +434,28 @@ class ReplicationService:
         config, _ = await self._read_seal()
         if not cmd.force:
             if self.client.live:
-                raise ServiceError(400, "the primary is still connected and streaming: "
-                                        "promoting now would make two primaries; demote it "
-                                        "first, or promote with force")
+                raise ServiceError(
+                    400,
+                    "the primary is still connected and streaming: "
+                    "promoting now would make two primaries; demote it "
+                    "first, or promote with force",
+                )
             if not self.state.synced or config is None:
-                raise ServiceError(400, "this secondary has not finished its first sync with "
-                                        "the primary, so promoting it may lose data; promote "
-                                        "with force to do it anyway")
+                raise ServiceError(
+                    400,
+                    "this secondary has not finished its first sync with "
+                    "the primary, so promoting it may lose data; promote "
+                    "with force to do it anyway",
+                )
         await self.client.stop()
         await self._become_primary(cmd.primary_cluster_addr, new_cluster_id=False)
         required = config.secret_threshold if config is not None else 0
         data = {"progress": 0, "required": required, "complete": True}
         warnings = []
         if config is not None and config.type == "shamir":
-            warnings.append("unseal this cluster with the primary's unseal key shares to serve "
-                            "requests")
+            warnings.append(
+                "unseal this cluster with the primary's unseal key shares to serve requests"
+            )
         return c.DrReply(data=data, warnings=warnings)
 
     async def _cmd_DisableSecondary(self, cmd: c.DisableSecondary) -> None:
@@ -413,12 +476,14 @@ class ReplicationService:
             st.primary, st.known_primary_cluster_addrs = None, []
             await self.save_state()
             return
-        act, jwt = await self._activation(cmd.token, cmd.primary_api_addr, cmd.ca_file,
-                                          cmd.ca_path)
+        act, jwt = await self._activation(cmd.token, cmd.primary_api_addr, cmd.ca_file, cmd.ca_path)
         if act.cluster_id != st.cluster_id:
-            raise ServiceError(400, "the activation token belongs to another replication set "
-                                    "(cluster id); only disabling and enabling this secondary, "
-                                    "which wipes it, can move it there")
+            raise ServiceError(
+                400,
+                "the activation token belongs to another replication set "
+                "(cluster id); only disabling and enabling this secondary, "
+                "which wipes it, can move it there",
+            )
         link = await self._probe(act, jwt)
         await self.client.stop()
         st.primary, st.secondary_id = link, act.secondary_id
@@ -462,15 +527,19 @@ class ReplicationService:
         warnings = [f"reindexed {len(new)} keys from storage; merkle root {new.root()}"]
         if cmd.diff:
             only_new, only_old, changed = new.diff_keys(old)
-            for what, keys in (("in storage but missing from the index", only_new),
-                               ("in the index but not in storage", only_old),
-                               ("indexed with a stale hash", changed)):
+            for what, keys in (
+                ("in storage but missing from the index", only_new),
+                ("in the index but not in storage", only_old),
+                ("indexed with a stale hash", changed),
+            ):
                 if keys:
                     shown = ", ".join(keys[:10]) + (" ..." if len(keys) > 10 else "")
                     warnings.append(f"{len(keys)} keys {what}: {shown}")
         if cmd.skip_flush:
-            warnings.append("skip_flush has no effect: the index is kept in memory and rebuilt "
-                            "from storage, so there is nothing to flush")
+            warnings.append(
+                "skip_flush has no effect: the index is kept in memory and rebuilt "
+                "from storage, so there is nothing to flush"
+            )
         if cmd.force or old.root() != new.root():
             # Compare with the primary again by Merkle diff rather than resuming the WAL.
             self.client.resync()

@@ -90,8 +90,11 @@ class StateStore:
             kv = await js.key_value(bucket)
         except nats.js.errors.BucketNotFoundError:
             try:
-                kv = await js.create_key_value(KeyValueConfig(
-                    bucket=bucket, history=1, replicas=replicas, storage=StorageType.FILE))
+                kv = await js.create_key_value(
+                    KeyValueConfig(
+                        bucket=bucket, history=1, replicas=replicas, storage=StorageType.FILE
+                    )
+                )
             except nats.js.errors.BadRequestError:
                 kv = await js.key_value(bucket)
         return cls(kv)

@@ -28,11 +28,16 @@ class WalReader:
         if from_seq <= 1:
             config = ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
         else:
-            config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                                    opt_start_seq=from_seq)
+            config = ConsumerConfig(
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=from_seq
+            )
         self._sub = await self.js.subscribe(
-            self._prefix + ">", stream=self.stream, ordered_consumer=True, config=config,
-            inactive_threshold=30.0)
+            self._prefix + ">",
+            stream=self.stream,
+            ordered_consumer=True,
+            config=config,
+            inactive_threshold=30.0,
+        )
 
     async def next_batch(self, max_entries: int = 512, wait: float = 1.0) -> list[WalEntry]:
         """Up to `max_entries` entries; waits up to `wait` seconds for the first, [] if none."""
@@ -47,8 +52,14 @@ class WalReader:
             meta = msg.metadata
             self.pending = meta.num_pending
             op = (msg.headers or {}).get(KV_OPERATION, "")
-            out.append(WalEntry(meta.sequence.stream, msg.subject[len(self._prefix):],
-                                b"" if op else msg.data, op))
+            out.append(
+                WalEntry(
+                    meta.sequence.stream,
+                    msg.subject[len(self._prefix) :],
+                    b"" if op else msg.data,
+                    op,
+                )
+            )
             if sub.pending_msgs == 0:
                 break  # hand over what is here rather than wait for more
             wait = 0.05

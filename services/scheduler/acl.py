@@ -11,14 +11,37 @@ import hcl2
 from services.scheduler.jobspec.decode import attrs, blocks
 from services.scheduler.jobspec.hclexpr import Evaluator
 
-READ_CAPS = ["list-jobs", "parse-job", "read-job", "csi-list-volume", "csi-read-volume",
-             "read-job-scaling", "list-scaling-policies", "read-scaling-policy"]
-WRITE_CAPS = [*READ_CAPS, "submit-job", "dispatch-job", "read-logs", "read-fs",
-              "alloc-exec", "alloc-lifecycle", "csi-write-volume", "csi-mount-volume",
-              "scale-job", "submit-recommendation", "list-host-volumes", "read-host-volume"]
-POLICY_CAPS = {"deny": ["deny"], "read": READ_CAPS, "write": WRITE_CAPS,
-               "scale": ["list-scaling-policies", "read-scaling-policy", "read-job-scaling",
-                         "scale-job"]}
+READ_CAPS = [
+    "list-jobs",
+    "parse-job",
+    "read-job",
+    "csi-list-volume",
+    "csi-read-volume",
+    "read-job-scaling",
+    "list-scaling-policies",
+    "read-scaling-policy",
+]
+WRITE_CAPS = [
+    *READ_CAPS,
+    "submit-job",
+    "dispatch-job",
+    "read-logs",
+    "read-fs",
+    "alloc-exec",
+    "alloc-lifecycle",
+    "csi-write-volume",
+    "csi-mount-volume",
+    "scale-job",
+    "submit-recommendation",
+    "list-host-volumes",
+    "read-host-volume",
+]
+POLICY_CAPS = {
+    "deny": ["deny"],
+    "read": READ_CAPS,
+    "write": WRITE_CAPS,
+    "scale": ["list-scaling-policies", "read-scaling-policy", "read-job-scaling", "scale-job"],
+}
 LEVELS = ("deny", "read", "write")
 
 

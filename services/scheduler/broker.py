@@ -28,9 +28,14 @@ class _Unacked:
 
 
 class EvalBroker:
-    def __init__(self, *, nack_timeout: float = 60.0, delivery_limit: int = 3,
-                 on_failed: Callable[[Eval], None] | None = None,
-                 on_cancel: Callable[[list[Eval]], None] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        nack_timeout: float = 60.0,
+        delivery_limit: int = 3,
+        on_failed: Callable[[Eval], None] | None = None,
+        on_cancel: Callable[[list[Eval]], None] | None = None,
+    ) -> None:
         self.nack_timeout = nack_timeout
         self.delivery_limit = delivery_limit
         self.on_failed = on_failed
@@ -80,8 +85,8 @@ class EvalBroker:
 
     # -- delivery
 
-    async def dequeue(self, types: list[str], timeout: float) -> tuple[Eval, str] | None:
-        deadline = time.monotonic() + timeout
+    async def dequeue(self, types: list[str], wait: float) -> tuple[Eval, str] | None:
+        deadline = time.monotonic() + wait
         while self.enabled:
             picked = self._pop(types)
             if picked is not None:
@@ -165,9 +170,12 @@ class EvalBroker:
     # -- lifecycle
 
     def stats(self) -> dict[str, int]:
-        return {"ready": len(self._ready), "unacked": len(self._unacked),
-                "pending": sum(len(v) for v in self._pending.values()),
-                "delayed": len(self._delayed)}
+        return {
+            "ready": len(self._ready),
+            "unacked": len(self._unacked),
+            "pending": sum(len(v) for v in self._pending.values()),
+            "delayed": len(self._delayed),
+        }
 
     def disable(self) -> None:
         self.enabled = False

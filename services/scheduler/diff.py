@@ -121,9 +121,8 @@ def _fields_and_objects(
                 f = _field(f"{key}[{mk}]", (a or {}).get(mk), (b or {}).get(mk), ctx)
                 if f:
                     fields.append(f)
-        elif (
-            key == "Config"
-            or (isinstance(a, dict) or isinstance(b, dict))
+        elif key == "Config" or (
+            (isinstance(a, dict) or isinstance(b, dict))
             and key in ("Config", "UI", "Multiregion", "Svc", "Consul", "Policy", "Identity")
         ):
             fa: dict[str, Any] = {}

@@ -43,7 +43,7 @@ def parse_duration(text: str) -> int:
             raise DurationError(f'time: invalid duration "{text}"')
         total += float(m.group(1)) * _UNITS[m.group(2)]
         pos = m.end()
-    return sign * int(round(total))
+    return sign * round(total)
 
 
 def to_nanos(value: object) -> int:

@@ -59,11 +59,17 @@ class HeartbeatTracker:
             alive = now - last <= self.ttl
             if node.get("Status") in ("ready", "initializing") and not alive:
                 down.append(node_id)
-            elif node.get("Status") == "down" and alive and node_id in self.last_seen and \
-                    self.last_seen[node_id] > self._leader_since:
+            elif (
+                node.get("Status") == "down"
+                and alive
+                and node_id in self.last_seen
+                and self.last_seen[node_id] > self._leader_since
+            ):
                 up.append(node_id)
         for ids, status in ((down, "down"), (up, "ready")):
             if ids:
                 log.info("node status", status=status, nodes=len(ids))
-                await self.replog.append("node.status", msgspec.msgpack.encode(
-                    {"node_ids": sorted(ids), "status": status}))
+                await self.replog.append(
+                    "node.status",
+                    msgspec.msgpack.encode({"node_ids": sorted(ids), "status": status}),
+                )

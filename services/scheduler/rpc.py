@@ -16,14 +16,28 @@ from shared.replog import ApplyError, ReplicatedLog
 
 MAX_ALLOCS_PER_REPLY = 2000
 
-_CLIENT_FIELDS = ("ID", "Namespace", "JobID", "JobVersion", "TaskGroup", "Name", "NodeID",
-                  "DesiredStatus", "ClientStatus", "DeploymentID", "DeploymentStatus",
-                  "ModifyIndex", "AllocModifyIndex", "EvalID")
+_CLIENT_FIELDS = (
+    "ID",
+    "Namespace",
+    "JobID",
+    "JobVersion",
+    "TaskGroup",
+    "Name",
+    "NodeID",
+    "DesiredStatus",
+    "ClientStatus",
+    "DeploymentID",
+    "DeploymentStatus",
+    "ModifyIndex",
+    "AllocModifyIndex",
+    "EvalID",
+)
 
 
 class ClientRpc:
-    def __init__(self, fsm: SchedulerFSM, replog: ReplicatedLog, heartbeats: HeartbeatTracker
-                 ) -> None:
+    def __init__(
+        self, fsm: SchedulerFSM, replog: ReplicatedLog, heartbeats: HeartbeatTracker
+    ) -> None:
         self.fsm = fsm
         self.replog = replog
         self.heartbeats = heartbeats
@@ -48,8 +62,12 @@ class ClientRpc:
 
     def _changed(self, node_ids: list[str], index: int) -> tuple[int, list[dict[str, Any]]]:
         t = self.fsm.t
-        out = [a for n in node_ids for aid in t.allocs_by_node.get(n, ())
-               if (a := t.allocs[aid])["ModifyIndex"] > index]
+        out = [
+            a
+            for n in node_ids
+            for aid in t.allocs_by_node.get(n, ())
+            if (a := t.allocs[aid])["ModifyIndex"] > index
+        ]
         if not out:
             return index, []
         out.sort(key=lambda a: a["ModifyIndex"])
@@ -77,15 +95,21 @@ class ClientRpc:
         for a in changed:
             gkey = f"{a['Namespace']}\x00{a['JobID']}\x00{a['JobVersion']}\x00{a['TaskGroup']}"
             if gkey not in groups:
-                job = self.fsm.t.job_version(a["Namespace"], a["JobID"], a["JobVersion"]) or \
-                    self.fsm.t.jobs.get(f"{a['Namespace']}\x00{a['JobID']}") or {}
-                tg = next((g for g in job.get("TaskGroups") or []
-                           if g["Name"] == a["TaskGroup"]), {})
-                groups[gkey] = {"Group": tg, "JobType": job.get("Type", ""),
-                                "Meta": job.get("Meta") or {}}
+                job = (
+                    self.fsm.t.job_version(a["Namespace"], a["JobID"], a["JobVersion"])
+                    or self.fsm.t.jobs.get(f"{a['Namespace']}\x00{a['JobID']}")
+                    or {}
+                )
+                tg = next(
+                    (g for g in job.get("TaskGroups") or [] if g["Name"] == a["TaskGroup"]), {}
+                )
+                groups[gkey] = {
+                    "Group": tg,
+                    "JobType": job.get("Type", ""),
+                    "Meta": job.get("Meta") or {},
+                }
             slim.append({k: a.get(k) for k in _CLIENT_FIELDS})
-        return wire.NodeAllocsReply(index=max(new_index, req.index), allocs=slim,
-                                    groups=groups)
+        return wire.NodeAllocsReply(index=max(new_index, req.index), allocs=slim, groups=groups)
 
     async def update(self, req: wire.AllocUpdate, _: CallContext) -> wire.Ok:
         if not req.updates:

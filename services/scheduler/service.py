@@ -43,10 +43,18 @@ def _env_flag(name: str) -> bool:
 class SchedulerService:
     name = "scheduler"
 
-    def __init__(self, bus: Bus, settings: Settings, *, workers: int = 1,
-                 heartbeat_ttl: float = 10.0, lease_ttl: float = 10.0,
-                 nack_timeout: float = 60.0, acl_enabled: bool | None = None,
-                 management_token: str | None = None) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        settings: Settings,
+        *,
+        workers: int = 1,
+        heartbeat_ttl: float = 10.0,
+        lease_ttl: float = 10.0,
+        nack_timeout: float = 60.0,
+        acl_enabled: bool | None = None,
+        management_token: str | None = None,
+    ) -> None:
         self.bus = bus
         self.settings = settings
         self.cluster = settings.cluster_name
@@ -60,10 +68,14 @@ class SchedulerService:
         self.nack_timeout = nack_timeout
         self.n_workers = workers
         self.workers: list[Worker] = []
-        self.acl_enabled = _env_flag("TRELLIS_SCHEDULER_ACL") if acl_enabled is None \
-            else acl_enabled
-        self.management_token = (os.environ.get("TRELLIS_SCHEDULER_MANAGEMENT_TOKEN", "")
-                                 if management_token is None else management_token)
+        self.acl_enabled = (
+            _env_flag("TRELLIS_SCHEDULER_ACL") if acl_enabled is None else acl_enabled
+        )
+        self.management_token = (
+            os.environ.get("TRELLIS_SCHEDULER_MANAGEMENT_TOKEN", "")
+            if management_token is None
+            else management_token
+        )
         self._leader_subs: list[Any] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self.ready = False
@@ -79,30 +91,56 @@ class SchedulerService:
 
     async def start(self) -> None:
         js = self.bus.nc.jetstream()
-        self.replog = ReplicatedLog(js, f"{self.cluster}_sched", self.fsm,
-                                    replicas=self.settings.replicas,
-                                    should_snapshot=lambda: self.is_leader)
+        self.replog = ReplicatedLog(
+            js,
+            f"{self.cluster}_sched",
+            self.fsm,
+            replicas=self.settings.replicas,
+            should_snapshot=lambda: self.is_leader,
+        )
         await self.replog.start()
         self.heartbeats = HeartbeatTracker(self.fsm, self.replog, self.heartbeat_ttl)
         self.fsm.on_pending.append(self._on_pending)
-        ctx = ApiContext(self.fsm, self.replog, acl_enabled=self.acl_enabled,
-                         management_token=self.management_token,
-                         advertise=self.settings.scheduler_addr)
+        ctx = ApiContext(
+            self.fsm,
+            self.replog,
+            acl_enabled=self.acl_enabled,
+            management_token=self.management_token,
+            advertise=self.settings.scheduler_addr,
+        )
         self.router = Router(ctx)
         rpc = ClientRpc(self.fsm, self.replog, self.heartbeats)
         c = self.cluster
-        await self.bus.serve(wire.subject(c, wire.NODE_REGISTER), rpc.register,
-                             wire.NodeRegister, queue=RPC_QUEUE)
-        await self.bus.serve(wire.subject(c, wire.NODE_ALLOCS), rpc.allocs, wire.NodeAllocs,
-                             queue=RPC_QUEUE, concurrency=1024)
-        await self.bus.serve(wire.subject(c, wire.ALLOC_UPDATE), rpc.update, wire.AllocUpdate,
-                             queue=RPC_QUEUE)
+        await self.bus.serve(
+            wire.subject(c, wire.NODE_REGISTER), rpc.register, wire.NodeRegister, queue=RPC_QUEUE
+        )
+        await self.bus.serve(
+            wire.subject(c, wire.NODE_ALLOCS),
+            rpc.allocs,
+            wire.NodeAllocs,
+            queue=RPC_QUEUE,
+            concurrency=1024,
+        )
+        await self.bus.serve(
+            wire.subject(c, wire.ALLOC_UPDATE), rpc.update, wire.AllocUpdate, queue=RPC_QUEUE
+        )
         await self.bus.serve(wire.subject(c, wire.HEARTBEAT), rpc.heartbeat, wire.Heartbeat)
-        await self.bus.serve(API_SCHEDULER.on(c), self.router.handle, HttpRequest,
-                             queue=API_SCHEDULER.queue, concurrency=self.settings.concurrency)
+        await self.bus.serve(
+            API_SCHEDULER.on(c),
+            self.router.handle,
+            HttpRequest,
+            queue=API_SCHEDULER.queue,
+            concurrency=self.settings.concurrency,
+        )
         kv = await self._lease_bucket(js)
-        self.lease = LeaderLease(kv, "leader", self.replica_id, ttl=self.lease_ttl,
-                                 on_elected=self._elected, on_demoted=self._demoted)
+        self.lease = LeaderLease(
+            kv,
+            "leader",
+            self.replica_id,
+            ttl=self.lease_ttl,
+            on_elected=self._elected,
+            on_demoted=self._demoted,
+        )
         await self.lease.start()
         for i in range(self.n_workers):
             w = Worker(self.bus, c, self.fsm, self.replog, f"{self.replica_id}-w{i}")
@@ -117,9 +155,14 @@ class SchedulerService:
             return await js.key_value(bucket)
         except nats.js.errors.BucketNotFoundError:
             try:
-                return await js.create_key_value(KeyValueConfig(
-                    bucket=bucket, history=1, storage=StorageType.FILE,
-                    replicas=self.settings.replicas))
+                return await js.create_key_value(
+                    KeyValueConfig(
+                        bucket=bucket,
+                        history=1,
+                        storage=StorageType.FILE,
+                        replicas=self.settings.replicas,
+                    )
+                )
             except nats.js.errors.BadRequestError:
                 return await js.key_value(bucket)
 
@@ -143,11 +186,15 @@ class SchedulerService:
 
     async def _elected(self) -> None:
         assert self.replog is not None
-        broker = EvalBroker(nack_timeout=self.nack_timeout, on_failed=self._eval_failed,
-                            on_cancel=self._evals_canceled)
+        broker = EvalBroker(
+            nack_timeout=self.nack_timeout,
+            on_failed=self._eval_failed,
+            on_cancel=self._evals_canceled,
+        )
         self.broker = broker
-        await self._serve_leader(wire.subject(self.cluster, wire.DEQUEUE), self._dequeue,
-                                 wire.Dequeue)
+        await self._serve_leader(
+            wire.subject(self.cluster, wire.DEQUEUE), self._dequeue, wire.Dequeue
+        )
         await self._serve_leader(wire.subject(self.cluster, wire.ACK), self._ack, wire.Ack)
         with contextlib.suppress(Exception):
             await self.replog.barrier()
@@ -186,8 +233,9 @@ class SchedulerService:
         async def on_msg(msg: Msg) -> None:
             self._spawn(run(msg))
 
-        self._leader_subs.append(await self.bus.nc.subscribe(subject, queue=BROKER_QUEUE,
-                                                             cb=on_msg))
+        self._leader_subs.append(
+            await self.bus.nc.subscribe(subject, queue=BROKER_QUEUE, cb=on_msg)
+        )
 
     async def _dequeue(self, req: wire.Dequeue) -> wire.DequeueReply:
         broker = self.broker
@@ -207,14 +255,22 @@ class SchedulerService:
         return wire.Ok()
 
     def _eval_failed(self, ev: dict[str, Any]) -> None:
-        failed = {**ev, "Status": "failed",
-                  "StatusDescription": "evaluation reached delivery limit (3)"}
+        failed = {
+            **ev,
+            "Status": "failed",
+            "StatusDescription": "evaluation reached delivery limit (3)",
+        }
         self._spawn(self._write_evals([failed]))
 
     def _evals_canceled(self, evs: list[dict[str, Any]]) -> None:
-        done = [{**self.fsm.t.evals.get(e["ID"], e), "Status": "canceled",
-                 "StatusDescription": "canceled after more recent eval was processed"}
-                for e in evs]
+        done = [
+            {
+                **self.fsm.t.evals.get(e["ID"], e),
+                "Status": "canceled",
+                "StatusDescription": "canceled after more recent eval was processed",
+            }
+            for e in evs
+        ]
         self._spawn(self._write_evals(done))
 
     async def _write_evals(self, evs: list[dict[str, Any]]) -> None:

@@ -1,11 +1,11 @@
 """Internal subjects and wire types of the scheduler (merge into shared/subjects.py):
 
-  {cluster}.sched.broker.dequeue  queue "sched-broker" (leader only)  Dequeue -> DequeueReply
-  {cluster}.sched.broker.ack      queue "sched-broker" (leader only)  Ack -> Ok
-  {cluster}.sched.node.register   queue "sched-rpc"                   NodeRegister -> NodeRegistered
-  {cluster}.sched.node.heartbeat  broadcast (every replica)           Heartbeat (no reply)
-  {cluster}.sched.node.allocs     queue "sched-rpc"                   NodeAllocs -> NodeAllocsReply
-  {cluster}.sched.alloc.update    queue "sched-rpc"                   AllocUpdate -> Ok
+{cluster}.sched.broker.dequeue  queue "sched-broker" (leader only)  Dequeue -> DequeueReply
+{cluster}.sched.broker.ack      queue "sched-broker" (leader only)  Ack -> Ok
+{cluster}.sched.node.register   queue "sched-rpc"                   NodeRegister -> NodeRegistered
+{cluster}.sched.node.heartbeat  broadcast (every replica)           Heartbeat (no reply)
+{cluster}.sched.node.allocs     queue "sched-rpc"                   NodeAllocs -> NodeAllocsReply
+{cluster}.sched.alloc.update    queue "sched-rpc"                   AllocUpdate -> Ok
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ log = structlog.get_logger("scheduler.worker")
 PLAN_CHUNK = 256  # placements per log entry: bounded entries, bounded apply time
 MAX_ATTEMPTS = {"service": 5, "batch": 2, "system": 5, "sysbatch": 2}
 TYPES = ["service", "batch", "system", "sysbatch"]
+RETRY_DELAY_NS = 1_000_000_000
 
 
 def _encode(obj: Any) -> bytes:
@@ -35,8 +36,9 @@ def _encode(obj: Any) -> bytes:
 
 
 class Worker:
-    def __init__(self, bus: Bus, cluster: str, fsm: SchedulerFSM, replog: ReplicatedLog,
-                 name: str) -> None:
+    def __init__(
+        self, bus: Bus, cluster: str, fsm: SchedulerFSM, replog: ReplicatedLog, name: str
+    ) -> None:
         self.bus = bus
         self.fsm = fsm
         self.replog = replog
@@ -62,8 +64,11 @@ class Worker:
         while not self._stopping:
             try:
                 reply = await self.bus.request(
-                    self.dequeue_subject, wire.Dequeue(types=TYPES, wait=2.0, worker=self.name),
-                    wire.DequeueReply, timeout=5.0)
+                    self.dequeue_subject,
+                    wire.Dequeue(types=TYPES, wait=2.0, worker=self.name),
+                    wire.DequeueReply,
+                    timeout=5.0,
+                )
                 backoff = 0.05
             except ServiceError:
                 # No leader yet (election in progress): back off briefly and ask again.
@@ -81,8 +86,12 @@ class Worker:
             except Exception:
                 log.exception("evaluation failed", eval_id=reply.eval["ID"])
             with contextlib.suppress(ServiceError):
-                await self.bus.request(self.ack_subject, wire.Ack(
-                    eval_id=reply.eval["ID"], token=reply.token, ok=ok), wire.Ok, timeout=5.0)
+                await self.bus.request(
+                    self.ack_subject,
+                    wire.Ack(eval_id=reply.eval["ID"], token=reply.token, ok=ok),
+                    wire.Ok,
+                    timeout=5.0,
+                )
 
     async def process(self, delivered: dict[str, Any]) -> None:
         await self.replog.wait_for(int(delivered.get("ModifyIndex") or 0) - 1, 10.0)
@@ -91,19 +100,28 @@ class Worker:
             return  # already handled (a redelivery after a lost ack)
         attempts = MAX_ATTEMPTS.get(ev["Type"], 2)
         plan: Plan | None = None
+        rejected = 0
         for _ in range(attempts):
             plan = await self._compute(ev)
             rejected = await self._submit(plan)
             if not rejected:
                 break
+            # Refresh: the next attempt must see what the log applied meanwhile.
+            with contextlib.suppress(ApplyError):
+                await self.replog.barrier()
         assert plan is not None
-        await self._finish(ev, plan)
+        await self._finish(ev, plan, retry=rejected > 0)
         self.processed += 1
 
     async def _compute(self, ev: dict[str, Any]) -> Plan:
         cls = SystemScheduler if ev["Type"] in ("system", "sysbatch") else GenericScheduler
-        sched = cls(self.fsm.t, ev, now=time.time_ns(), new_id=lambda: str(uuid.uuid4()),
-                    rng=random.Random())
+        sched = cls(
+            self.fsm.t,
+            ev,
+            now=time.time_ns(),
+            new_id=lambda: str(uuid.uuid4()),
+            rng=random.Random(),
+        )
         return await sched.compute()
 
     async def _submit(self, plan: Plan) -> int:
@@ -124,7 +142,7 @@ class Worker:
             rejected += len(result.get("rejected") or [])
         return rejected
 
-    async def _finish(self, ev: dict[str, Any], plan: Plan) -> None:
+    async def _finish(self, ev: dict[str, Any], plan: Plan, *, retry: bool = False) -> None:
         updated = dict(ev)
         failed = {k: m.as_dict() for k, m in plan.failed.items()}
         updated["QueuedAllocations"] = plan.queued
@@ -141,15 +159,26 @@ class Worker:
             updated["StatusDescription"] = ""
             if failed:
                 job = self.fsm.t.jobs.get(f"{ev['Namespace']}\x00{ev['JobID']}")
-                already = any(e["Status"] == "blocked" for e in self.fsm.t.job_evals(
-                    ev["Namespace"], ev["JobID"]))
+                already = any(
+                    e["Status"] == "blocked"
+                    for e in self.fsm.t.job_evals(ev["Namespace"], ev["JobID"])
+                )
                 if job is not None and not already:
-                    blocked = new_eval(str(uuid.uuid4()), job, "queued-allocs",
-                                       status="blocked")
+                    blocked = new_eval(str(uuid.uuid4()), job, "queued-allocs", status="blocked")
                     blocked["PreviousEval"] = ev["ID"]
                     blocked["StatusDescription"] = "created due to placement conflicts"
                     blocked["FailedTGAllocs"] = failed
                     updated["BlockedEval"] = blocked["ID"]
                     out.append(blocked)
+        if retry:
+            # Out of plan attempts with placements still rejected: try again shortly, as
+            # Nomad does after max-plan-attempts, rather than leave the job short.
+            job = self.fsm.t.jobs.get(f"{ev['Namespace']}\x00{ev['JobID']}")
+            if job is not None:
+                again = new_eval(str(uuid.uuid4()), job, "max-plan-attempts")
+                again["PreviousEval"] = ev["ID"]
+                again["WaitUntil"] = time.time_ns() + RETRY_DELAY_NS
+                updated["NextEval"] = again["ID"]
+                out.append(again)
         out.insert(0, updated)
         await self.replog.append("eval.upsert", _encode({"evals": out}))

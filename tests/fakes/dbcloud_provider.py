@@ -24,26 +24,33 @@ from aiohttp import web
 
 API = "/api/atlas/v1.0"
 REALM = "MMS Public API"
-ORG_ROLES = {"ORG_OWNER", "ORG_MEMBER", "ORG_GROUP_CREATOR", "ORG_BILLING_ADMIN",
-             "ORG_READ_ONLY"}
-PROJECT_ROLES = {"GROUP_OWNER", "GROUP_READ_ONLY", "GROUP_DATA_ACCESS_ADMIN",
-                 "GROUP_DATA_ACCESS_READ_WRITE", "GROUP_DATA_ACCESS_READ_ONLY",
-                 "GROUP_CLUSTER_MANAGER"}
+ORG_ROLES = {"ORG_OWNER", "ORG_MEMBER", "ORG_GROUP_CREATOR", "ORG_BILLING_ADMIN", "ORG_READ_ONLY"}
+PROJECT_ROLES = {
+    "GROUP_OWNER",
+    "GROUP_READ_ONLY",
+    "GROUP_DATA_ACCESS_ADMIN",
+    "GROUP_DATA_ACCESS_READ_WRITE",
+    "GROUP_DATA_ACCESS_READ_ONLY",
+    "GROUP_CLUSTER_MANAGER",
+}
 _PARAM = re.compile(r'(\w+)=(?:"([^"]*)"|([^\s,]+))')
 
 
 def _md5(text: str) -> str:
-    return hashlib.md5(text.encode()).hexdigest()  # noqa: S324 - digest auth's own algorithm
+    return hashlib.md5(text.encode()).hexdigest()
 
 
 def _error(status: int, code: str, detail: str) -> web.Response:
-    return web.json_response({"detail": detail, "error": status, "errorCode": code,
-                              "reason": HTTPStatus(status).phrase}, status=status)
+    return web.json_response(
+        {"detail": detail, "error": status, "errorCode": code, "reason": HTTPStatus(status).phrase},
+        status=status,
+    )
 
 
 class Provider:
-    def __init__(self, public_key: str, private_key: str, orgs: set[str],
-                 projects: dict[str, str]) -> None:
+    def __init__(
+        self, public_key: str, private_key: str, orgs: set[str], projects: dict[str, str]
+    ) -> None:
         self.public_key = public_key
         self.private_key = private_key
         self.orgs = orgs
@@ -57,18 +64,24 @@ class Provider:
     def _challenge(self) -> web.Response:
         nonce = secrets.token_hex(16)
         self.nonces.add(nonce)
-        hdr = f'Digest realm="{REALM}", domain="", nonce="{nonce}", algorithm=MD5, ' \
-              'qop="auth", stale=false'
-        return web.json_response({"detail": "authentication required", "error": 401,
-                                  "errorCode": "UNAUTHORIZED"}, status=401,
-                                 headers={"WWW-Authenticate": hdr})
+        hdr = (
+            f'Digest realm="{REALM}", domain="", nonce="{nonce}", algorithm=MD5, '
+            'qop="auth", stale=false'
+        )
+        return web.json_response(
+            {"detail": "authentication required", "error": 401, "errorCode": "UNAUTHORIZED"},
+            status=401,
+            headers={"WWW-Authenticate": hdr},
+        )
 
     def _authorized(self, request: web.Request) -> bool:
         header = request.headers.get("Authorization", "")
         if not header.startswith("Digest "):
             return False
-        p = {m.group(1): m.group(2) if m.group(2) is not None else m.group(3)
-             for m in _PARAM.finditer(header[7:])}
+        p = {
+            m.group(1): m.group(2) if m.group(2) is not None else m.group(3)
+            for m in _PARAM.finditer(header[7:])
+        }
         if p.get("username") != self.public_key or p.get("nonce") not in self.nonces:
             return False
         ha1 = _md5(f"{self.public_key}:{REALM}:{self.private_key}")
@@ -89,9 +102,16 @@ class Provider:
 
     # ---- routes -----------------------------------------------------------------------------
     def _new_key(self, desc: str, org_id: str, roles: list[dict[str, str]]) -> dict[str, Any]:
-        key = {"id": uuid.uuid4().hex[:24], "desc": desc,
-               "publicKey": secrets.token_hex(4), "privateKey": str(uuid.uuid4()),
-               "orgId": org_id, "projects": [], "roles": roles, "accessList": []}
+        key = {
+            "id": uuid.uuid4().hex[:24],
+            "desc": desc,
+            "publicKey": secrets.token_hex(4),
+            "privateKey": str(uuid.uuid4()),
+            "orgId": org_id,
+            "projects": [],
+            "roles": roles,
+            "accessList": [],
+        }
         self.keys[key["id"]] = key
         return key
 
@@ -108,8 +128,9 @@ class Provider:
         bad = [r for r in roles if r not in ORG_ROLES]
         if not roles or bad:
             return _error(400, "INVALID_ROLE", f"Invalid organization roles: {bad or roles}")
-        key = self._new_key(body.get("desc", ""), org,
-                            [{"orgId": org, "roleName": r} for r in roles])
+        key = self._new_key(
+            body.get("desc", ""), org, [{"orgId": org, "roleName": r} for r in roles]
+        )
         return web.json_response(self._public(key))
 
     async def create_project_key(self, request: web.Request) -> web.Response:
@@ -122,8 +143,9 @@ class Provider:
         if not roles or bad:
             return _error(400, "INVALID_ROLE", f"Invalid project roles: {bad or roles}")
         org = self.projects[project]
-        key = self._new_key(body.get("desc", ""), org,
-                            [{"groupId": project, "roleName": r} for r in roles])
+        key = self._new_key(
+            body.get("desc", ""), org, [{"groupId": project, "roleName": r} for r in roles]
+        )
         key["projects"].append(project)
         return web.json_response(self._public(key))
 
@@ -149,8 +171,9 @@ class Provider:
         if not isinstance(entries, list):
             return _error(400, "INVALID_JSON", "expected a list")
         key["accessList"] += entries
-        return web.json_response({"results": key["accessList"],
-                                  "totalCount": len(key["accessList"])}, status=201)
+        return web.json_response(
+            {"results": key["accessList"], "totalCount": len(key["accessList"])}, status=201
+        )
 
     async def delete_org_key(self, request: web.Request) -> web.Response:
         key = self._org_key(request)
@@ -169,10 +192,20 @@ class Provider:
         return web.Response(status=204)
 
     async def list_keys(self, request: web.Request) -> web.Response:
-        return web.json_response([
-            {"id": k["id"], "desc": k["desc"], "publicKey": k["publicKey"], "orgId": k["orgId"],
-             "projects": k["projects"], "accessList": k["accessList"],
-             "roles": [r["roleName"] for r in k["roles"]]} for k in self.keys.values()])
+        return web.json_response(
+            [
+                {
+                    "id": k["id"],
+                    "desc": k["desc"],
+                    "publicKey": k["publicKey"],
+                    "orgId": k["orgId"],
+                    "projects": k["projects"],
+                    "accessList": k["accessList"],
+                    "roles": [r["roleName"] for r in k["roles"]],
+                }
+                for k in self.keys.values()
+            ]
+        )
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self.auth])
@@ -193,12 +226,16 @@ async def main(argv: list[str]) -> None:
     parser.add_argument("--org", action="append", default=[])
     parser.add_argument("--project", action="append", default=[], help="PROJECT=ORG")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--fail-access-list", action="store_true",
-                        help="answer access-list calls with 503 (a partial outage)")
+    parser.add_argument(
+        "--fail-access-list",
+        action="store_true",
+        help="answer access-list calls with 503 (a partial outage)",
+    )
     args = parser.parse_args(argv)
     projects = dict(p.split("=", 1) for p in args.project)
-    provider = Provider(args.public_key, args.private_key, set(args.org) | set(projects.values()),
-                        projects)
+    provider = Provider(
+        args.public_key, args.private_key, set(args.org) | set(projects.values()), projects
+    )
     provider.fail_access_list = args.fail_access_list
     runner = web.AppRunner(provider.app(), access_log=None)
     await runner.setup()

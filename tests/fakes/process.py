@@ -35,13 +35,19 @@ class Fake:
                 await self.proc.wait()
 
 
-async def start_fake(module: str, *args: str, timeout: float = 30.0) -> Fake:
+async def start_fake(module: str, *args: str, limit: float = 30.0) -> Fake:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", module, *args, cwd=ROOT, stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        module,
+        *args,
+        cwd=ROOT,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
     assert proc.stdout is not None
     try:
-        line = await asyncio.wait_for(proc.stdout.readline(), timeout)
+        line = await asyncio.wait_for(proc.stdout.readline(), limit)
     except TimeoutError:
         proc.kill()
         raise

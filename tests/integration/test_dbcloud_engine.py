@@ -22,8 +22,17 @@ PUB, PRIV = "adminpub", "admin-private-key"
 
 @pytest.fixture
 async def provider() -> AsyncIterator[Fake]:
-    fake = await start_fake("tests.fakes.dbcloud_provider", "--public-key", PUB,
-                            "--private-key", PRIV, "--org", "org1", "--project", "proj1=org1")
+    fake = await start_fake(
+        "tests.fakes.dbcloud_provider",
+        "--public-key",
+        PUB,
+        "--private-key",
+        PRIV,
+        "--org",
+        "org1",
+        "--project",
+        "proj1=org1",
+    )
     try:
         yield fake
     finally:
@@ -35,8 +44,8 @@ async def provider_keys(fake: Fake) -> list[dict[str, Any]]:
         return await r.json()
 
 
-async def wait_until(check, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
+async def wait_until(check, limit: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + limit
     while not await check():
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.2)
@@ -45,16 +54,18 @@ async def wait_until(check, timeout: float = 20.0) -> None:  # type: ignore[no-u
 async def _mount(c: Cluster, api_url: str) -> None:
     status, body = await c.request("POST", "/v1/sys/mounts/dbcloud", json={"type": "dbcloud"})
     assert status == 204, body
-    status, body = await c.request("POST", "/v1/dbcloud/config", json={
-        "public_key": PUB, "private_key": PRIV, "api_url": api_url})
+    status, body = await c.request(
+        "POST",
+        "/v1/dbcloud/config",
+        json={"public_key": PUB, "private_key": PRIV, "api_url": api_url},
+    )
     assert status == 204, body
 
 
 async def test_roles_and_bad_input(nats_url: str) -> None:
     c = await start_cluster(nats_url)
     try:
-        status, body = await c.request("POST", "/v1/sys/mounts/dbcloud",
-                                       json={"type": "dbcloud"})
+        status, body = await c.request("POST", "/v1/sys/mounts/dbcloud", json={"type": "dbcloud"})
         assert status == 204, body
         status, body = await c.request("POST", "/v1/dbcloud/config", json={"public_key": "p"})
         assert status == 400 and "private_key" in body["errors"][0]
@@ -63,44 +74,77 @@ async def test_roles_and_bad_input(nats_url: str) -> None:
 
         bad = [
             ({"roles": ["ORG_MEMBER"]}, "exactly one of organization_id and project_id"),
-            ({"organization_id": "o", "project_id": "p", "roles": ["ORG_MEMBER"]},
-             "exactly one"),
+            ({"organization_id": "o", "project_id": "p", "roles": ["ORG_MEMBER"]}, "exactly one"),
             ({"organization_id": "o"}, "at least one role"),
             ({"organization_id": "o", "roles": []}, "at least one role"),
             ({"organization_id": "o", "roles": ["GROUP_OWNER"]}, "not valid for an organization"),
             ({"project_id": "p", "roles": "ORG_OWNER"}, "not valid for a project"),
-            ({"organization_id": "o", "roles": ["ORG_MEMBER"], "ip_addresses": ["1.2.3.4"],
-              "cidr_blocks": ["10.0.0.0/8"]}, "mutually exclusive"),
-            ({"organization_id": "o", "roles": ["ORG_MEMBER"], "ip_addresses": ["1.2.3"]},
-             "invalid IP address"),
-            ({"organization_id": "o", "roles": ["ORG_MEMBER"], "cidr_blocks": ["nope"]},
-             "invalid CIDR"),
-            ({"organization_id": "o", "roles": ["ORG_MEMBER"], "ttl": "2h", "max_ttl": "1h"},
-             "ttl cannot be greater"),
+            (
+                {
+                    "organization_id": "o",
+                    "roles": ["ORG_MEMBER"],
+                    "ip_addresses": ["1.2.3.4"],
+                    "cidr_blocks": ["10.0.0.0/8"],
+                },
+                "mutually exclusive",
+            ),
+            (
+                {"organization_id": "o", "roles": ["ORG_MEMBER"], "ip_addresses": ["1.2.3"]},
+                "invalid IP address",
+            ),
+            (
+                {"organization_id": "o", "roles": ["ORG_MEMBER"], "cidr_blocks": ["nope"]},
+                "invalid CIDR",
+            ),
+            (
+                {"organization_id": "o", "roles": ["ORG_MEMBER"], "ttl": "2h", "max_ttl": "1h"},
+                "ttl cannot be greater",
+            ),
         ]
         for js, message in bad:
             status, body = await c.request("POST", "/v1/dbcloud/roles/r", json=js)
             assert status == 400, (js, body)
             assert message in body["errors"][0], (js, body)
 
-        status, body = await c.request("POST", "/v1/dbcloud/roles/org", json={
-            "organization_id": "org1", "roles": "ORG_MEMBER,ORG_READ_ONLY",
-            "ip_addresses": ["192.168.1.3"], "ttl": "30m", "max_ttl": "1h"})
+        status, body = await c.request(
+            "POST",
+            "/v1/dbcloud/roles/org",
+            json={
+                "organization_id": "org1",
+                "roles": "ORG_MEMBER,ORG_READ_ONLY",
+                "ip_addresses": ["192.168.1.3"],
+                "ttl": "30m",
+                "max_ttl": "1h",
+            },
+        )
         assert status == 200, body
         assert body["data"]["roles"] == ["ORG_MEMBER", "ORG_READ_ONLY"]
-        status, body = await c.request("POST", "/v1/dbcloud/roles/proj", json={
-            "project_id": "proj1", "roles": ["GROUP_READ_ONLY"],
-            "cidr_blocks": ["10.1.0.0/16"]})
+        status, body = await c.request(
+            "POST",
+            "/v1/dbcloud/roles/proj",
+            json={
+                "project_id": "proj1",
+                "roles": ["GROUP_READ_ONLY"],
+                "cidr_blocks": ["10.1.0.0/16"],
+            },
+        )
         assert status == 200, body
         status, body = await c.request("GET", "/v1/dbcloud/roles/org")
         assert status == 200, body
-        assert body["data"] == {"name": "org", "organization_id": "org1", "project_id": "",
-                                "roles": ["ORG_MEMBER", "ORG_READ_ONLY"],
-                                "ip_addresses": ["192.168.1.3"], "cidr_blocks": [],
-                                "ttl": "30m0s", "max_ttl": "1h0m0s"}
+        assert body["data"] == {
+            "name": "org",
+            "organization_id": "org1",
+            "project_id": "",
+            "roles": ["ORG_MEMBER", "ORG_READ_ONLY"],
+            "ip_addresses": ["192.168.1.3"],
+            "cidr_blocks": [],
+            "ttl": "30m0s",
+            "max_ttl": "1h0m0s",
+        }
         # Updating replaces the role list; scope stays.
-        status, body = await c.request("POST", "/v1/dbcloud/roles/org",
-                                       json={"roles": ["ORG_OWNER"]})
+        status, body = await c.request(
+            "POST", "/v1/dbcloud/roles/org", json={"roles": ["ORG_OWNER"]}
+        )
         assert status == 200 and body["data"]["roles"] == ["ORG_OWNER"], body
         assert body["data"]["organization_id"] == "org1"
 
@@ -120,20 +164,29 @@ async def test_roles_and_bad_input(nats_url: str) -> None:
 
 
 async def test_creds_are_deleted_at_the_provider_when_the_lease_expires(
-        nats_url: str, provider: Fake) -> None:
+    nats_url: str, provider: Fake
+) -> None:
     c = await start_cluster(nats_url)
     try:
         await _mount(c, provider.url)
-        status, body = await c.request("POST", "/v1/dbcloud/roles/short", json={
-            "organization_id": "org1", "roles": ["ORG_MEMBER"],
-            "ip_addresses": ["10.0.0.7"], "ttl": "2s", "max_ttl": "10s"})
+        status, body = await c.request(
+            "POST",
+            "/v1/dbcloud/roles/short",
+            json={
+                "organization_id": "org1",
+                "roles": ["ORG_MEMBER"],
+                "ip_addresses": ["10.0.0.7"],
+                "ttl": "3s",
+                "max_ttl": "10s",
+            },
+        )
         assert status == 200, body
         status, body = await c.request("GET", "/v1/dbcloud/creds/short")
         assert status == 200, body
         assert body["lease_id"].startswith("dbcloud/creds/short/")
-        assert body["lease_duration"] == 2 and body["renewable"] is True
+        assert body["lease_duration"] == 3 and body["renewable"] is True
         data = body["data"]
-        assert data["lease_duration"] == "2s" and data["lease_renewable"] is True
+        assert data["lease_duration"] == "3s" and data["lease_renewable"] is True
         assert data["description"].startswith("trellis-short-") and data["private_key"]
         keys = await provider_keys(provider)
         assert [k["publicKey"] for k in keys] == [data["public_key"]]
@@ -142,9 +195,11 @@ async def test_creds_are_deleted_at_the_provider_when_the_lease_expires(
 
         async def gone() -> bool:
             return await provider_keys(provider) == []
+
         await wait_until(gone)
-        status, body = await c.request("PUT", "/v1/sys/leases/lookup",
-                                       json={"lease_id": body["lease_id"]})
+        status, body = await c.request(
+            "PUT", "/v1/sys/leases/lookup", json={"lease_id": body["lease_id"]}
+        )
         assert status == 400, body  # the lease is gone too
     finally:
         await c.close()
@@ -154,9 +209,17 @@ async def test_project_creds_revoke_and_renew(nats_url: str, provider: Fake) -> 
     c = await start_cluster(nats_url)
     try:
         await _mount(c, provider.url)
-        status, body = await c.request("POST", "/v1/dbcloud/roles/proj", json={
-            "project_id": "proj1", "roles": ["GROUP_DATA_ACCESS_READ_ONLY"],
-            "cidr_blocks": ["10.2.0.0/16"], "ttl": "1h", "max_ttl": "90m"})
+        status, body = await c.request(
+            "POST",
+            "/v1/dbcloud/roles/proj",
+            json={
+                "project_id": "proj1",
+                "roles": ["GROUP_DATA_ACCESS_READ_ONLY"],
+                "cidr_blocks": ["10.2.0.0/16"],
+                "ttl": "1h",
+                "max_ttl": "90m",
+            },
+        )
         assert status == 200, body
         status, body = await c.request("GET", "/v1/dbcloud/creds/proj")
         assert status == 200, body
@@ -166,13 +229,13 @@ async def test_project_creds_revoke_and_renew(nats_url: str, provider: Fake) -> 
         assert keys[0]["accessList"] == [{"cidrBlock": "10.2.0.0/16"}]
 
         # Renew extends, but never past max_ttl.
-        status, body = await c.request("PUT", "/v1/sys/leases/renew",
-                                       json={"lease_id": lease_id, "increment": "10h"})
+        status, body = await c.request(
+            "PUT", "/v1/sys/leases/renew", json={"lease_id": lease_id, "increment": "10h"}
+        )
         assert status == 200, body
         assert 5300 <= body["lease_duration"] <= 5400, body
 
-        status, body = await c.request("PUT", "/v1/sys/leases/revoke",
-                                       json={"lease_id": lease_id})
+        status, body = await c.request("PUT", "/v1/sys/leases/revoke", json={"lease_id": lease_id})
         assert status == 204, body
         assert await provider_keys(provider) == []
     finally:
@@ -180,13 +243,24 @@ async def test_project_creds_revoke_and_renew(nats_url: str, provider: Fake) -> 
 
 
 async def test_provider_down_is_502_and_nothing_half_created(nats_url: str) -> None:
-    failing = await start_fake("tests.fakes.dbcloud_provider", "--public-key", PUB,
-                               "--private-key", PRIV, "--org", "org1", "--fail-access-list")
+    failing = await start_fake(
+        "tests.fakes.dbcloud_provider",
+        "--public-key",
+        PUB,
+        "--private-key",
+        PRIV,
+        "--org",
+        "org1",
+        "--fail-access-list",
+    )
     c = await start_cluster(nats_url)
     try:
         await _mount(c, failing.url)
-        status, body = await c.request("POST", "/v1/dbcloud/roles/r", json={
-            "organization_id": "org1", "roles": ["ORG_MEMBER"], "ip_addresses": ["10.0.0.1"]})
+        status, body = await c.request(
+            "POST",
+            "/v1/dbcloud/roles/r",
+            json={"organization_id": "org1", "roles": ["ORG_MEMBER"], "ip_addresses": ["10.0.0.1"]},
+        )
         assert status == 200, body
         status, body = await c.request("GET", "/v1/dbcloud/creds/r")
         assert status == 502, body
@@ -195,14 +269,20 @@ async def test_provider_down_is_502_and_nothing_half_created(nats_url: str) -> N
         status, body = await c.request("GET", "/v1/sys/leases?list=true")
 
         # Wrong admin key: the provider's 401 becomes a 502 naming it.
-        await c.request("POST", "/v1/dbcloud/config", json={
-            "public_key": PUB, "private_key": "wrong", "api_url": failing.url})
+        await c.request(
+            "POST",
+            "/v1/dbcloud/config",
+            json={"public_key": PUB, "private_key": "wrong", "api_url": failing.url},
+        )
         status, body = await c.request("GET", "/v1/dbcloud/creds/r")
         assert status == 502 and "401" in body["errors"][0], body
 
         await failing.stop()
-        await c.request("POST", "/v1/dbcloud/config", json={
-            "public_key": PUB, "private_key": PRIV, "api_url": failing.url})
+        await c.request(
+            "POST",
+            "/v1/dbcloud/config",
+            json={"public_key": PUB, "private_key": PRIV, "api_url": failing.url},
+        )
         status, body = await c.request("GET", "/v1/dbcloud/creds/r")
         assert status == 502 and "unreachable" in body["errors"][0], body
     finally:

@@ -70,7 +70,7 @@ async def test_v1_read_write_list_delete(nats_url: str) -> None:
         status, body = await c.request("GET", "/v1/kv1?list=true")
         assert body["data"]["keys"] == ["app/", "top"]
         status, body = await c.request("LIST", "/v1/kv1/app")
-        assert body["data"]["keys"] == ["cache", "db"]
+        assert status == 200 and body["data"]["keys"] == ["cache", "db"], body
         status, body = await c.request("LIST", "/v1/kv1/app/db/")
         assert (status, body) == (404, {"errors": []})
 

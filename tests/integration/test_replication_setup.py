@@ -73,8 +73,9 @@ async def stop_replication(site: Site) -> None:
 async def start_site(*, shares: int = 1, threshold: int = 1, replication: bool = True) -> Site:
     store = tempfile.mkdtemp(prefix="trellis-dr-")
     proc, url, _ = start_nats(store)
-    cluster = await start_cluster(url, shares=shares, threshold=threshold,
-                                  cluster_addr="127.0.0.1:0")
+    cluster = await start_cluster(
+        url, shares=shares, threshold=threshold, cluster_addr="127.0.0.1:0"
+    )
     # The address the activation token carries (the gateway picked a free port).
     cluster.settings.api_addr = cluster.secrets_url
     site = Site(store, proc, url, cluster, keys=list(cluster.unseal_keys))
@@ -89,6 +90,18 @@ async def stop_services(site: Site) -> None:
     await site.cluster.close()
 
 
+async def crash_services(site: Site) -> None:
+    """Every Trellis process of the site dies at once: connections drop, nothing drains."""
+    for bus in [site.repl_bus, *site.cluster.buses]:
+        if bus is not None:
+            with contextlib.suppress(Exception):
+                await bus.nc.close()
+    # A dead gateway does not wait for requests in flight (they would wait for their timeout).
+    for runner in site.cluster.gateway.runners:
+        runner._shutdown_timeout = 0.1
+    await stop_services(site)
+
+
 def kill_nats(site: Site) -> None:
     site.nats.kill()
     site.nats.wait(10)
@@ -101,14 +114,20 @@ def restart_nats(site: Site) -> None:
 
 async def restart_services(site: Site) -> None:
     """The site's processes come back on the same data (same cluster name, new ports)."""
-    settings = msgspec.structs.replace(site.settings, nats_url=site.nats_url,
-                                       secrets_addr="127.0.0.1:0")
+    settings = msgspec.structs.replace(
+        site.settings, nats_url=site.nats_url, secrets_addr="127.0.0.1:0"
+    )
     gw_bus = await Bus.connect(site.nats_url, name="test-gateway")
     gateway = Gateway(gw_bus, settings)
     await gateway.start()
     settings.api_addr = gateway.addresses["secrets"]
-    cluster = Cluster(settings=settings, gateway=gateway, buses=[gw_bus],
-                      root_token=site.cluster.root_token, unseal_keys=site.keys)
+    cluster = Cluster(
+        settings=settings,
+        gateway=gateway,
+        buses=[gw_bus],
+        root_token=site.cluster.root_token,
+        unseal_keys=site.keys,
+    )
     bus = await Bus.connect(site.nats_url, name="test-secrets")
     svc = SecretsService(bus, settings)
     await svc.start()
@@ -125,8 +144,9 @@ async def close_site(site: Site) -> None:
     shutil.rmtree(site.store, ignore_errors=True)
 
 
-async def wait_until(check: Callable[[], Awaitable[Any]], *, within: float = 10.0,
-                     what: str = "condition") -> Any:
+async def wait_until(
+    check: Callable[[], Awaitable[Any]], *, within: float = 10.0, what: str = "condition"
+) -> Any:
     """Poll `check` until it returns something truthy; fail after `within` seconds."""
     deadline = time.monotonic() + within
     last: Any = None
@@ -152,8 +172,9 @@ async def enable_primary(site: Site) -> None:
 
 
 async def secondary_token(primary: Site, sid: str | None = None, **extra: Any) -> str:
-    code, body = await primary.req("POST", DR + "primary/secondary-token",
-                                   json={"id": sid or uuid.uuid4().hex[:8], **extra})
+    code, body = await primary.req(
+        "POST", DR + "primary/secondary-token", json={"id": sid or uuid.uuid4().hex[:8], **extra}
+    )
     assert code == 200, body
     return body["wrap_info"]["token"] if body.get("wrap_info") else body["data"]["token"]
 
@@ -173,24 +194,33 @@ async def pair(primary: Site, secondary: Site) -> None:
 
 async def caught_up(primary: Site, secondary: Site, within: float = 10.0) -> dict[str, Any]:
     """Both sides agree: same merkle_root, last_remote_wal at the primary's last_wal."""
+
     async def same() -> dict[str, Any] | None:
         p, s = await primary.status(), await secondary.status()
-        ok = (s.get("state") == "stream-wals" and p["merkle_root"] == s["merkle_root"]
-              and s["last_remote_wal"] == p["last_wal"])
+        ok = (
+            s.get("state") == "stream-wals"
+            and p["merkle_root"] == s["merkle_root"]
+            and s["last_remote_wal"] == p["last_wal"]
+        )
         return s if ok else None
+
     return await wait_until(same, within=within, what="the secondary to catch up")
 
 
 async def operation_token(secondary: Site, keys: list[str]) -> str:
     """Generate a DR operation token on `secondary` from the primary's key shares."""
-    code, att = await secondary.req("POST", DR + "secondary/generate-operation-token/attempt",
-                                    json={}, token="")
+    code, att = await secondary.req(
+        "POST", DR + "secondary/generate-operation-token/attempt", json={}, token=""
+    )
     assert code == 200, att
     body: dict[str, Any] = {}
     for key in keys[: att["required"]]:
         code, body = await secondary.req(
-            "POST", DR + "secondary/generate-operation-token/update",
-            json={"key": key, "nonce": att["nonce"]}, token="")
+            "POST",
+            DR + "secondary/generate-operation-token/update",
+            json={"key": key, "nonce": att["nonce"]},
+            token="",
+        )
         assert code == 200, body
     assert body["complete"] is True, body
     return otp.decode(body["encoded_token"], att["otp"])

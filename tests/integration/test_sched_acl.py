@@ -18,20 +18,28 @@ from shared.settings import Settings
 pytestmark = [pytest.mark.nats, pytest.mark.asyncio(loop_scope="module")]
 
 ROOT = "root-" + uuid.uuid4().hex
-JOB = {"Job": {"ID": "acl-job", "Type": "batch", "TaskGroups": [
-    {"Name": "g", "Tasks": [{"Name": "t", "Driver": "mock"}]}]}}
+JOB = {
+    "Job": {
+        "ID": "acl-job",
+        "Type": "batch",
+        "TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Driver": "mock"}]}],
+    }
+}
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def base(nats_url: str) -> AsyncIterator[str]:
-    settings = Settings(nats_url=nats_url, cluster_name="a" + uuid.uuid4().hex[:8],
-                        secrets_addr="127.0.0.1:0", workspace_addr="127.0.0.1:0",
-                        scheduler_addr="127.0.0.1:0")
+    settings = Settings(
+        nats_url=nats_url,
+        cluster_name="a" + uuid.uuid4().hex[:8],
+        secrets_addr="127.0.0.1:0",
+        workspace_addr="127.0.0.1:0",
+        scheduler_addr="127.0.0.1:0",
+    )
     gbus, sbus = await Bus.connect(nats_url, "g"), await Bus.connect(nats_url, "s")
     gw = Gateway(gbus, settings)
     await gw.start()
-    svc = SchedulerService(sbus, settings, acl_enabled=True, management_token=ROOT,
-                           lease_ttl=3.0)
+    svc = SchedulerService(sbus, settings, acl_enabled=True, management_token=ROOT, lease_ttl=3.0)
     await svc.start()
     yield gw.addresses["scheduler"]
     await svc.stop()
@@ -42,12 +50,19 @@ async def base(nats_url: str) -> AsyncIterator[str]:
 
 async def test_acl_flow(base: str) -> None:
     async with aiohttp.ClientSession() as http:
-        async def call(method: str, path: str, token: str = "", header: str = "X-Sched-Token",
-                       body: object = None) -> tuple[int, object]:
+
+        async def call(
+            method: str,
+            path: str,
+            token: str = "",
+            header: str = "X-Sched-Token",
+            body: object = None,
+        ) -> tuple[int, object]:
             headers = {}
             if token:
-                headers = ({"Authorization": f"Bearer {token}"} if header == "bearer"
-                           else {header: token})
+                headers = (
+                    {"Authorization": f"Bearer {token}"} if header == "bearer" else {header: token}
+                )
             async with http.request(method, base + path, json=body, headers=headers) as r:
                 data = await r.json() if r.content_type == "application/json" else await r.text()
                 return r.status, data
@@ -62,11 +77,20 @@ async def test_acl_flow(base: str) -> None:
         assert (await call("POST", "/v1/acl/bootstrap"))[0] == 400
         secret = boot["SecretID"]
         assert (await call("POST", "/v1/jobs", secret, "X-Nomad-Token", JOB))[0] == 200
-        status, _ = await call("POST", "/v1/acl/policy/readonly", secret, "bearer", {
-            "Name": "readonly", "Rules": 'namespace "default" {\n policy = "read"\n}\n'})
+        status, _ = await call(
+            "POST",
+            "/v1/acl/policy/readonly",
+            secret,
+            "bearer",
+            {"Name": "readonly", "Rules": 'namespace "default" {\n policy = "read"\n}\n'},
+        )
         assert status == 200
-        status, tok = await call("POST", "/v1/acl/token", ROOT, body={
-            "Name": "reader", "Type": "client", "Policies": ["readonly"]})
+        status, tok = await call(
+            "POST",
+            "/v1/acl/token",
+            ROOT,
+            body={"Name": "reader", "Type": "client", "Policies": ["readonly"]},
+        )
         assert status == 200
         reader = tok["SecretID"]
         status, jobs = await call("GET", "/v1/jobs", reader)

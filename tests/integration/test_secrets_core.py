@@ -313,3 +313,14 @@ async def test_no_replica_is_503_and_health_codes(nats_url: str) -> None:
             assert r.headers["Content-Type"].startswith("application/vnd.api+json")
     finally:
         await c.close()
+
+
+async def test_very_long_path_is_a_client_error(nats_url: str) -> None:
+    c = await start_cluster(nats_url)
+    try:
+        status, body = await c.request("POST", "/v1/cubbyhole/" + "a/" * 2100, json={"v": 1})
+        assert status == 400 and "too long" in body["errors"][0]
+        status, _ = await c.request("GET", "/v1/sys/mounts")
+        assert status == 200  # the replica is still connected
+    finally:
+        await c.close()

@@ -22,15 +22,14 @@ CREATOR = 'path "auth/token/create" { capabilities = ["create", "update"] }\n'
 
 async def _policies(c: Cluster) -> None:
     for name, text in (("tokenmgr", TOKENMGR), ("reader", READER), ("creator", CREATOR)):
-        status, body = await c.request("PUT", f"/v1/sys/policies/acl/{name}",
-                                       json={"policy": text})
+        status, body = await c.request("PUT", f"/v1/sys/policies/acl/{name}", json={"policy": text})
         assert status in (200, 204), body
 
 
-async def _create(c: Cluster, token: str | None = None, path: str = "create",
-                  **payload: Any) -> dict[str, Any]:
-    status, body = await c.request("POST", f"/v1/auth/token/{path}", token=token,
-                                   json=payload)
+async def _create(
+    c: Cluster, token: str | None = None, path: str = "create", **payload: Any
+) -> dict[str, Any]:
+    status, body = await c.request("POST", f"/v1/auth/token/{path}", token=token, json=payload)
     assert status == 200, (path, payload, body)
     return body["auth"]
 
@@ -54,8 +53,9 @@ async def test_token_create_variants(nats_url: str) -> None:
     try:
         await _policies(c)
         # A child of root.
-        child = await _create(c, policies=["reader"], ttl="1h", meta={"app": "web"},
-                              display_name="Web App")
+        child = await _create(
+            c, policies=["reader"], ttl="1h", meta={"app": "web"}, display_name="Web App"
+        )
         assert child["policies"] == ["default", "reader"]
         assert child["token_policies"] == ["default", "reader"]
         assert child["lease_duration"] == 3600 and child["renewable"] is True
@@ -83,8 +83,9 @@ async def test_token_create_variants(nats_url: str) -> None:
         assert custom["client_token"] == "my-custom-token"
         status, body = await _self(c, "my-custom-token")
         assert status == 200 and body["data"]["id"] == "my-custom-token"
-        status, body = await c.request("POST", "/v1/auth/token/create",
-                                       json={"id": "my-custom-token"})
+        status, body = await c.request(
+            "POST", "/v1/auth/token/create", json={"id": "my-custom-token"}
+        )
         assert status == 400, body
 
         # Policies of a non-root parent bound its children.
@@ -95,11 +96,11 @@ async def test_token_create_variants(nats_url: str) -> None:
         inherited = await _create(c, mtok)
         assert inherited["policies"] == ["default", "reader", "tokenmgr"]
         for bad in ({"policies": ["admin"]}, {"policies": ["root"]}):
-            status, body = await c.request("POST", "/v1/auth/token/create", token=mtok,
-                                           json=bad)
+            status, body = await c.request("POST", "/v1/auth/token/create", token=mtok, json=bad)
             assert status == 400, (bad, body)
-        status, _ = await c.request("POST", "/v1/auth/token/create",
-                                    token=sub["client_token"], json={})
+        status, _ = await c.request(
+            "POST", "/v1/auth/token/create", token=sub["client_token"], json={}
+        )
         assert status == 403  # reader has no access to auth/token/create at all
 
         # no_default_policy, TTL knobs and use counts.
@@ -133,13 +134,15 @@ async def test_token_create_needs_sudo_for_id_orphan_and_period(nats_url: str) -
         creator = (await _create(c, policies=["creator", "reader"]))["client_token"]
         assert (await _create(c, creator, policies=["reader"]))["orphan"] is False
         for bad in ({"id": "chosen"}, {"no_parent": True}, {"period": "1h"}):
-            status, body = await c.request("POST", "/v1/auth/token/create", token=creator,
-                                           json={"policies": ["reader"], **bad})
+            status, body = await c.request(
+                "POST", "/v1/auth/token/create", token=creator, json={"policies": ["reader"], **bad}
+            )
             assert status == 400, (bad, body)
         # With sudo on the path they are allowed.
         for good in ({"id": "chosen-by-sudo"}, {"no_parent": True}, {"period": "1h"}):
-            status, body = await c.request("POST", "/v1/auth/token/create", token=mtok,
-                                           json={"policies": ["reader"], **good})
+            status, body = await c.request(
+                "POST", "/v1/auth/token/create", token=mtok, json={"policies": ["reader"], **good}
+            )
             assert status == 200, (good, body)
     finally:
         await c.close()
@@ -154,58 +157,68 @@ async def test_token_lookup_and_renew(nats_url: str) -> None:
 
         status, body = await _lookup(c, t)
         assert status == 200 and body["data"]["id"] == t
-        status, body = await c.request("POST", "/v1/auth/token/lookup-accessor",
-                                       json={"accessor": tok["accessor"]})
+        status, body = await c.request(
+            "POST", "/v1/auth/token/lookup-accessor", json={"accessor": tok["accessor"]}
+        )
         assert status == 200, body
         assert body["data"]["id"] == "" and body["data"]["accessor"] == tok["accessor"]
         assert body["data"]["policies"] == ["default", "reader"]
 
         # renew-self: the increment counts from now, capped by explicit_max_ttl.
-        status, body = await c.request("POST", "/v1/auth/token/renew-self", token=t,
-                                       json={"increment": "30m"})
+        status, body = await c.request(
+            "POST", "/v1/auth/token/renew-self", token=t, json={"increment": "30m"}
+        )
         assert status == 200, body
         assert 1790 <= body["auth"]["lease_duration"] <= 1800
         assert body["auth"]["client_token"] == t
-        status, body = await c.request("POST", "/v1/auth/token/renew-self", token=t,
-                                       json={"increment": "5h"})
+        status, body = await c.request(
+            "POST", "/v1/auth/token/renew-self", token=t, json={"increment": "5h"}
+        )
         assert status == 200 and 3500 <= body["auth"]["lease_duration"] <= 3600
         status, body = await _self(c, t)
         assert 3500 <= body["data"]["ttl"] <= 3600
 
         # renew (by token) and renew-accessor, by root.
         other = await _create(c, policies=["reader"], ttl="10m")
-        status, body = await c.request("POST", "/v1/auth/token/renew",
-                                       json={"token": other["client_token"],
-                                             "increment": 1200})
+        status, body = await c.request(
+            "POST", "/v1/auth/token/renew", json={"token": other["client_token"], "increment": 1200}
+        )
         assert status == 200 and 1190 <= body["auth"]["lease_duration"] <= 1200
-        status, body = await c.request("POST", "/v1/auth/token/renew-accessor",
-                                       json={"accessor": other["accessor"],
-                                             "increment": "40m"})
+        status, body = await c.request(
+            "POST",
+            "/v1/auth/token/renew-accessor",
+            json={"accessor": other["accessor"], "increment": "40m"},
+        )
         assert status == 200 and 2390 <= body["auth"]["lease_duration"] <= 2400
 
         # A periodic token renews to its period, whatever the increment.
         periodic = await _create(c, policies=["reader"], period="15m")
-        status, body = await c.request("POST", "/v1/auth/token/renew-self",
-                                       token=periodic["client_token"],
-                                       json={"increment": "3h"})
+        status, body = await c.request(
+            "POST",
+            "/v1/auth/token/renew-self",
+            token=periodic["client_token"],
+            json={"increment": "3h"},
+        )
         assert status == 200 and 899 <= body["auth"]["lease_duration"] <= 900
 
         # A token created non-renewable cannot be renewed.
         fixed = await _create(c, policies=["reader"], renewable=False, ttl="10m")
-        status, body = await c.request("POST", "/v1/auth/token/renew-self",
-                                       token=fixed["client_token"])
+        status, body = await c.request(
+            "POST", "/v1/auth/token/renew-self", token=fixed["client_token"]
+        )
         assert status == 400, body
 
         # Unknown accessors and tokens.
-        status, _ = await c.request("POST", "/v1/auth/token/lookup-accessor",
-                                    json={"accessor": "nope"})
+        status, _ = await c.request(
+            "POST", "/v1/auth/token/lookup-accessor", json={"accessor": "nope"}
+        )
         assert status == 400
-        status, _ = await c.request("POST", "/v1/auth/token/renew",
-                                    json={"token": "hvs.doesnotexist"})
+        status, _ = await c.request(
+            "POST", "/v1/auth/token/renew", json={"token": "hvs.doesnotexist"}
+        )
         assert status == 400
     finally:
         await c.close()
-
 
 
 async def test_token_lookup_answers_like_vault(nats_url: str) -> None:
@@ -216,21 +229,24 @@ async def test_token_lookup_answers_like_vault(nats_url: str) -> None:
     try:
         await _policies(c)
         tok = await _create(c, policies=["reader"], ttl="10m")
-        status, body = await c.request("POST", "/v1/auth/token/renew-self",
-                                       token=tok["client_token"], json={"increment": "1h"})
+        status, body = await c.request(
+            "POST", "/v1/auth/token/renew-self", token=tok["client_token"], json={"increment": "1h"}
+        )
         assert status == 200, body
         status, body = await _self(c, tok["client_token"])
         assert 3500 <= body["data"]["ttl"] <= 3600
         assert body["data"]["creation_ttl"] == 600
         # Renewing a periodic token grants exactly its period (not a second less).
         periodic = await _create(c, policies=["reader"], period="15m")
-        status, body = await c.request("POST", "/v1/auth/token/renew-self",
-                                       token=periodic["client_token"])
+        status, body = await c.request(
+            "POST", "/v1/auth/token/renew-self", token=periodic["client_token"]
+        )
         assert status == 200 and body["auth"]["lease_duration"] == 900
         status, body = await _lookup(c, "hvs.doesnotexist")
         assert status == 403 and body["errors"] == ["bad token"]
     finally:
         await c.close()
+
 
 async def test_token_revocation_tree(nats_url: str) -> None:
     c = await start_cluster(nats_url)
@@ -255,35 +271,40 @@ async def test_token_revocation_tree(nats_url: str) -> None:
         # revoke-orphan: the token goes, its children stay and become orphans.
         parent2 = await _create(c, policies=["tokenmgr"])
         child2 = await _create(c, parent2["client_token"])
-        status, _ = await c.request("POST", "/v1/auth/token/revoke-orphan",
-                                    json={"token": parent2["client_token"]})
+        status, _ = await c.request(
+            "POST", "/v1/auth/token/revoke-orphan", json={"token": parent2["client_token"]}
+        )
         assert status == 204
         assert await _gone(c, parent2["client_token"])
         status, body = await _self(c, child2["client_token"])
         assert status == 200 and body["data"]["orphan"] is True
         # ... and revoking the child later touches nothing else.
-        status, _ = await c.request("POST", "/v1/auth/token/revoke-self",
-                                    token=child2["client_token"])
+        status, _ = await c.request(
+            "POST", "/v1/auth/token/revoke-self", token=child2["client_token"]
+        )
         assert status == 204
         assert await _gone(c, child2["client_token"])
 
         # revoke-accessor also takes the children.
         parent3 = await _create(c, policies=["tokenmgr"])
         child3 = await _create(c, parent3["client_token"])
-        status, _ = await c.request("POST", "/v1/auth/token/revoke-accessor",
-                                    json={"accessor": parent3["accessor"]})
+        status, _ = await c.request(
+            "POST", "/v1/auth/token/revoke-accessor", json={"accessor": parent3["accessor"]}
+        )
         assert status == 204
         assert await _gone(c, parent3["client_token"])
         assert await _gone(c, child3["client_token"])
-        status, _ = await c.request("POST", "/v1/auth/token/lookup-accessor",
-                                    json={"accessor": parent3["accessor"]})
+        status, _ = await c.request(
+            "POST", "/v1/auth/token/lookup-accessor", json={"accessor": parent3["accessor"]}
+        )
         assert status == 400
 
         # revoke-self with children.
         parent4 = await _create(c, policies=["tokenmgr"])
         child4 = await _create(c, parent4["client_token"])
-        status, _ = await c.request("POST", "/v1/auth/token/revoke-self",
-                                    token=parent4["client_token"])
+        status, _ = await c.request(
+            "POST", "/v1/auth/token/revoke-self", token=parent4["client_token"]
+        )
         assert status == 204
         assert await _gone(c, parent4["client_token"])
         assert await _gone(c, child4["client_token"])
@@ -291,21 +312,24 @@ async def test_token_revocation_tree(nats_url: str) -> None:
         # revoke-orphan needs sudo (or root); revoking an unknown token is not an error.
         plain = await _create(c, policies=["reader"])
         victim = await _create(c, policies=["reader"])
-        status, _ = await c.request("POST", "/v1/auth/token/revoke-orphan",
-                                    token=plain["client_token"],
-                                    json={"token": victim["client_token"]})
+        status, _ = await c.request(
+            "POST",
+            "/v1/auth/token/revoke-orphan",
+            token=plain["client_token"],
+            json={"token": victim["client_token"]},
+        )
         assert status == 403
         assert not await _gone(c, victim["client_token"])
-        status, _ = await c.request("POST", "/v1/auth/token/revoke",
-                                    json={"token": "hvs.doesnotexist"})
+        status, _ = await c.request(
+            "POST", "/v1/auth/token/revoke", json={"token": "hvs.doesnotexist"}
+        )
         assert status == 204
 
         # Listing accessors needs sudo.
         status, body = await c.request("LIST", "/v1/auth/token/accessors")
         assert status == 200 and orphan["accessor"] in body["data"]["keys"]
         assert parent["accessor"] not in body["data"]["keys"]
-        status, _ = await c.request("LIST", "/v1/auth/token/accessors",
-                                    token=plain["client_token"])
+        status, _ = await c.request("LIST", "/v1/auth/token/accessors", token=plain["client_token"])
         assert status == 403
     finally:
         await c.close()
@@ -365,8 +389,9 @@ async def test_token_expiry_refuses_expired_tokens(nats_url: str) -> None:
             await asyncio.sleep(0.2)
         status, _ = await _lookup(c, short["client_token"])
         assert status in (400, 403)
-        status, _ = await c.request("GET", "/v1/sys/policies/acl/reader",
-                                    token=short["client_token"])
+        status, _ = await c.request(
+            "GET", "/v1/sys/policies/acl/reader", token=short["client_token"]
+        )
         assert status == 403
     finally:
         await c.close()
@@ -400,18 +425,25 @@ async def test_token_headers(nats_url: str) -> None:
     try:
         await _policies(c)
         t = (await _create(c, policies=["reader"]))["client_token"]
-        for headers in ({"Authorization": f"Bearer {t}"}, {"authorization": f"bearer {t}"},
-                        {"X-Vault-Token": t}, {"X-Svc-Token": t}):
-            status, body = await c.request("GET", "/v1/auth/token/lookup-self", token="",
-                                           headers=headers)
+        for headers in (
+            {"Authorization": f"Bearer {t}"},
+            {"authorization": f"bearer {t}"},
+            {"X-Vault-Token": t},
+            {"X-Svc-Token": t},
+        ):
+            status, body = await c.request(
+                "GET", "/v1/auth/token/lookup-self", token="", headers=headers
+            )
             assert status == 200 and body["data"]["id"] == t, headers
         status, _ = await c.request("GET", "/v1/auth/token/lookup-self", token="")
         assert status == 403
-        status, _ = await c.request("GET", "/v1/auth/token/lookup-self", token="",
-                                    headers={"Authorization": "Basic abc"})
+        status, _ = await c.request(
+            "GET", "/v1/auth/token/lookup-self", token="", headers={"Authorization": "Basic abc"}
+        )
         assert status == 403
-        status, _ = await c.request("GET", "/v1/auth/token/lookup-self", token="",
-                                    headers={"X-Vault-Token": "hvs.forged"})
+        status, _ = await c.request(
+            "GET", "/v1/auth/token/lookup-self", token="", headers={"X-Vault-Token": "hvs.forged"}
+        )
         assert status == 403
     finally:
         await c.close()
@@ -449,9 +481,16 @@ async def test_token_roles(nats_url: str) -> None:
     c = await start_cluster(nats_url)
     try:
         await _policies(c)
-        status, body = await c.request("POST", "/v1/auth/token/roles/ci", json={
-            "allowed_policies": "reader", "orphan": True, "token_ttl": "5m",
-            "token_period": 0})
+        status, body = await c.request(
+            "POST",
+            "/v1/auth/token/roles/ci",
+            json={
+                "allowed_policies": "reader",
+                "orphan": True,
+                "token_ttl": "5m",
+                "token_period": 0,
+            },
+        )
         assert status == 204, body
         status, body = await c.request("GET", "/v1/auth/token/roles/ci")
         assert status == 200 and body["data"]["name"] == "ci"
@@ -460,8 +499,9 @@ async def test_token_roles(nats_url: str) -> None:
         tok = await _create(c, path="create/ci")
         assert tok["policies"] == ["default", "reader"] and tok["orphan"] is True
         assert tok["lease_duration"] == 300
-        status, body = await c.request("POST", "/v1/auth/token/create/ci",
-                                       json={"policies": ["tokenmgr"]})
+        status, body = await c.request(
+            "POST", "/v1/auth/token/create/ci", json={"policies": ["tokenmgr"]}
+        )
         assert status == 400, body
         status, _ = await c.request("DELETE", "/v1/auth/token/roles/ci")
         assert status == 204
@@ -476,8 +516,13 @@ async def test_token_with_hvac(nats_url: str) -> None:
     try:
         root = hvac.Client(url=c.secrets_url, token=c.root_token)
         await asyncio.to_thread(root.sys.create_or_update_acl_policy, "reader", READER)
-        created = await asyncio.to_thread(root.auth.token.create, policies=["reader"],
-                                          ttl="1h", explicit_max_ttl="2h", meta={"k": "v"})
+        created = await asyncio.to_thread(
+            root.auth.token.create,
+            policies=["reader"],
+            ttl="1h",
+            explicit_max_ttl="2h",
+            meta={"k": "v"},
+        )
         tok = created["auth"]["client_token"]
         assert created["auth"]["policies"] == ["default", "reader"]
 
@@ -490,8 +535,9 @@ async def test_token_with_hvac(nats_url: str) -> None:
         assert 5390 <= renewed["auth"]["lease_duration"] <= 5400
         looked = await asyncio.to_thread(root.auth.token.lookup, tok)
         assert looked["data"]["id"] == tok
-        by_accessor = await asyncio.to_thread(root.auth.token.lookup_accessor,
-                                              created["auth"]["accessor"])
+        by_accessor = await asyncio.to_thread(
+            root.auth.token.lookup_accessor, created["auth"]["accessor"]
+        )
         assert by_accessor["data"]["accessor"] == created["auth"]["accessor"]
         orphan = await asyncio.to_thread(root.auth.token.create_orphan, policies=["reader"])
         assert orphan["auth"]["orphan"] is True

@@ -14,6 +14,7 @@ import pytest
 from cryptography.hazmat.primitives.serialization import (
     Encoding,
     PublicFormat,
+    SSHCertificate,
     load_ssh_public_identity,
 )
 
@@ -40,6 +41,12 @@ def _sign(ca: dict[str, Any], public_key: str, **kw: Any) -> dict[str, Any]:
         **kw,
     }
     return run_local("ssh_sign", args)
+
+
+def _cert(text: str) -> SSHCertificate:
+    cert = load_ssh_public_identity(text.encode())
+    assert isinstance(cert, SSHCertificate)
+    return cert
 
 
 def _show(tmp: Path, cert: str) -> str:
@@ -139,7 +146,7 @@ def test_certificate_as_ssh_keygen_reads_it(tmp_path: Path) -> None:
         time.strptime(valid.group(1), "%Y-%m-%dT%H:%M:%S")
     )
     assert span == 3630
-    load_ssh_public_identity(out["signed_key"].encode()).verify_cert_signature()
+    _cert(out["signed_key"]).verify_cert_signature()
 
 
 @needs_keygen
@@ -162,7 +169,7 @@ def test_rsa_ca_signature_algorithms(
     )
     text = _show(tmp_path, out["signed_key"])
     assert f"(using {shown})" in text and "host certificate" in text
-    load_ssh_public_identity(out["signed_key"].encode()).verify_cert_signature()
+    _cert(out["signed_key"]).verify_cert_signature()
 
 
 @pytest.fixture(scope="module")
@@ -281,7 +288,7 @@ def test_issue_returns_a_usable_key_pair(
     derived = subprocess.run(
         [SSH_KEYGEN, "-y", "-f", str(key)], check=True, capture_output=True, text=True
     ).stdout
-    cert = load_ssh_public_identity(out["signed_key"].encode())
+    cert = _cert(out["signed_key"])
     cert.verify_cert_signature()
     certified = cert.public_key().public_bytes(Encoding.OpenSSH, PublicFormat.OpenSSH).decode()
     assert certified.split()[:2] == derived.split()[:2]

@@ -51,8 +51,10 @@ def test_hcl_policy_parses_and_generates_obeying_rules() -> None:
 
 
 def test_json_forms_and_duplicates_are_merged() -> None:
-    doc = {"length": 8, "rule": [{"charset": {"charset": "aab", "min-chars": 1}},
-                                 {"charset": {"charset": "bc"}}]}
+    doc = {
+        "length": 8,
+        "rule": [{"charset": {"charset": "aab", "min-chars": 1}}, {"charset": {"charset": "bc"}}],
+    }
     policy = parse(json.dumps(doc))
     assert policy.charset == "abc"
     obj = {"length": 8, "rule": {"charset": [{"charset": "xy", "min-chars": 1}]}}
@@ -72,18 +74,21 @@ def test_default_policy() -> None:
     assert any(c.isdigit() for c in pw)
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ('length = 20', "no charset rules"),
-    ('length = 20\nrule "charset" {\n charset = ""\n}', "non-empty"),
-    ('length = 3\nrule "charset" {\n charset = "ab"\n}', "between 4 and 100"),
-    ('length = 101\nrule "charset" {\n charset = "ab"\n}', "between 4 and 100"),
-    ('length = 4\nrule "charset" {\n charset = "ab"\n min-chars = 5\n}', "impossible"),
-    ('rule "charset" {\n charset = "ab"\n}', "'length' is required"),
-    ('length = 8\nrule "other" {\n charset = "ab"\n}', "unrecognized rule type"),
-    ('length = {{', "invalid HCL"),
-    ('{"length": 8, "rule": ', "invalid JSON"),
-    ('length = 8\nrule "charset" {\n charset = "ab"\n min-chars = -1\n}', "negative"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("length = 20", "no charset rules"),
+        ('length = 20\nrule "charset" {\n charset = ""\n}', "non-empty"),
+        ('length = 3\nrule "charset" {\n charset = "ab"\n}', "between 4 and 100"),
+        ('length = 101\nrule "charset" {\n charset = "ab"\n}', "between 4 and 100"),
+        ('length = 4\nrule "charset" {\n charset = "ab"\n min-chars = 5\n}', "impossible"),
+        ('rule "charset" {\n charset = "ab"\n}', "'length' is required"),
+        ('length = 8\nrule "other" {\n charset = "ab"\n}', "unrecognized rule type"),
+        ("length = {{", "invalid HCL"),
+        ('{"length": 8, "rule": ', "invalid JSON"),
+        ('length = 8\nrule "charset" {\n charset = "ab"\n min-chars = -1\n}', "negative"),
+    ],
+)
 def test_bad_policies_are_rejected(text: str, message: str) -> None:
     with pytest.raises(PolicyError, match=message):
         parse(text)
@@ -92,8 +97,10 @@ def test_bad_policies_are_rejected(text: str, message: str) -> None:
 def test_overly_restrictive_policy_times_out_quickly() -> None:
     # 30 of 100 characters from a 1-in-95 subset: essentially never met by chance.
     letters = "".join(chr(c) for c in range(33, 127) if chr(c) != "~")
-    doc = {"length": 100, "rule": [{"charset": {"charset": letters}},
-                                   {"charset": {"charset": "~", "min-chars": 30}}]}
+    doc = {
+        "length": 100,
+        "rule": [{"charset": {"charset": letters}}, {"charset": {"charset": "~", "min-chars": 30}}],
+    }
     policy = parse(json.dumps(doc))
     started = time.monotonic()
     with pytest.raises(GenerationTimeout, match="impossible"):

@@ -10,8 +10,10 @@ from services.scheduler.admit import ValidationError, admit, multierror, spec_ch
 
 
 def job(**over: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {"ID": "web", "TaskGroups": [
-        {"Name": "g", "Tasks": [{"Name": "t", "Driver": "mock", "Config": {}}]}]}
+    base: dict[str, Any] = {
+        "ID": "web",
+        "TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Driver": "mock", "Config": {}}]}],
+    }
     base.update(over)
     return base
 
@@ -24,14 +26,17 @@ def test_server_defaults() -> None:
     assert j["TaskGroups"][0]["Update"]["HealthCheck"] == "checks"
 
 
-@pytest.mark.parametrize(("over", "message"), [
-    ({"ID": ""}, "Missing job ID"),
-    ({"ID": "a b"}, "Job ID contains a space"),
-    ({"Type": "cron"}, 'Invalid job type: "cron"'),
-    ({"Priority": 101}, "Job priority must be between [1, 100]"),
-    ({"Priority": -1}, "Job priority must be between [1, 100]"),
-    ({"TaskGroups": []}, "Missing job task groups"),
-])
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        ({"ID": ""}, "Missing job ID"),
+        ({"ID": "a b"}, "Job ID contains a space"),
+        ({"Type": "cron"}, 'Invalid job type: "cron"'),
+        ({"Priority": 101}, "Job priority must be between [1, 100]"),
+        ({"Priority": -1}, "Job priority must be between [1, 100]"),
+        ({"TaskGroups": []}, "Missing job task groups"),
+    ],
+)
 def test_validation_messages(over: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError) as err:
         admit(job(**over))

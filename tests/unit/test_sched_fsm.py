@@ -31,8 +31,12 @@ class Log:
         self.index = itertools.count(1)
 
     def append(self, kind: str, payload: dict[str, Any]) -> Any:
-        entry = LogEntry(type=kind, payload=msgspec.msgpack.encode(payload), time=time.time(),
-                         id=uuid.uuid4().hex)
+        entry = LogEntry(
+            type=kind,
+            payload=msgspec.msgpack.encode(payload),
+            time=time.time(),
+            id=uuid.uuid4().hex,
+        )
         return self.fsm.apply(next(self.index), entry)
 
     def register(self, job: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -43,24 +47,50 @@ class Log:
     async def schedule(self, eval_id: str) -> dict[str, Any]:
         ev = self.fsm.t.evals[eval_id]
         cls = SystemScheduler if ev["Type"] in ("system", "sysbatch") else GenericScheduler
-        plan = await cls(self.fsm.t, ev, now=time.time_ns(), new_id=lambda: str(uuid.uuid4()),
-                         rng=random.Random(1)).compute()
+        plan = await cls(
+            self.fsm.t,
+            ev,
+            now=time.time_ns(),
+            new_id=lambda: str(uuid.uuid4()),
+            rng=random.Random(1),
+        ).compute()
         result = self.append("plan.apply", plan.payload()) if not plan.empty() else {}
-        self.append("eval.upsert", {"evals": [{**ev, "Status": "complete",
-                                               "QueuedAllocations": plan.queued}]})
+        self.append(
+            "eval.upsert",
+            {"evals": [{**ev, "Status": "complete", "QueuedAllocations": plan.queued}]},
+        )
         return result
 
     def client(self, status: str, **extra: Any) -> None:
-        ups = [{"ID": a["ID"], "ClientStatus": status, **extra}
-               for a in self.fsm.t.allocs.values() if a["DesiredStatus"] == "run"]
+        ups = [
+            {"ID": a["ID"], "ClientStatus": status, **extra}
+            for a in self.fsm.t.allocs.values()
+            if a["DesiredStatus"] == "run"
+        ]
         self.append("alloc.client_update", {"updates": ups})
 
 
 def web(count: int = 2, run_for: str = "1h", **over: Any) -> dict[str, Any]:
-    return {"ID": "web", "Datacenters": ["dc1"], "TaskGroups": [{
-        "Name": "g", "Count": count, "Update": {"MaxParallel": 1, "MinHealthyTime": 0},
-        "Tasks": [{"Name": "t", "Driver": "mock", "Config": {"run_for": run_for},
-                   "Resources": {"CPU": 500, "MemoryMB": 256}}]}], **over}
+    return {
+        "ID": "web",
+        "Datacenters": ["dc1"],
+        "TaskGroups": [
+            {
+                "Name": "g",
+                "Count": count,
+                "Update": {"MaxParallel": 1, "MinHealthyTime": 0},
+                "Tasks": [
+                    {
+                        "Name": "t",
+                        "Driver": "mock",
+                        "Config": {"run_for": run_for},
+                        "Resources": {"CPU": 500, "MemoryMB": 256},
+                    }
+                ],
+            }
+        ],
+        **over,
+    }
 
 
 def test_register_versions_and_enforce_index() -> None:
@@ -110,10 +140,15 @@ async def test_place_then_fit_rechecked_at_apply() -> None:
     assert [a["Name"] for a in allocs] == [f"web.g[{i}]" for i in range(6)]
     assert log.fsm.t.jobs["default\x00web"]["Status"] == "running"
     # A stale plan that no longer fits is rejected at apply.
-    extra = {**allocs[0], "ID": str(uuid.uuid4()), "Name": "web.g[9]",
-             "Resources": {"CPU": 2000, "MemoryMB": 100, "DiskMB": 0}}
-    out = log.append("plan.apply", {"namespace": "default", "job_id": "web", "eval_id": "x",
-                                    "place": [extra]})
+    extra = {
+        **allocs[0],
+        "ID": str(uuid.uuid4()),
+        "Name": "web.g[9]",
+        "Resources": {"CPU": 2000, "MemoryMB": 100, "DiskMB": 0},
+    }
+    out = log.append(
+        "plan.apply", {"namespace": "default", "job_id": "web", "eval_id": "x", "place": [extra]}
+    )
     assert out["rejected"] == [extra["ID"]]
 
 
@@ -125,8 +160,9 @@ async def test_blocked_then_unblocked_by_new_node() -> None:
     assert ev["QueuedAllocations"] == {"g": 2}
     seen: list[str] = []
     log.fsm.on_pending.append(lambda e: seen.append(e["Status"]))
-    blocked = new_eval(str(uuid.uuid4()), log.fsm.t.jobs["default\x00web"], "queued-allocs",
-                       status="blocked")
+    blocked = new_eval(
+        str(uuid.uuid4()), log.fsm.t.jobs["default\x00web"], "queued-allocs", status="blocked"
+    )
     log.append("eval.upsert", {"evals": [blocked]})
     log.append("node.register", {"nodes": [node(1)]})
     assert log.fsm.t.evals[blocked["ID"]]["Status"] == "pending" and seen == ["pending"]
@@ -199,11 +235,24 @@ def test_snapshot_roundtrip() -> None:
 async def test_broker_one_per_job_nack_and_redelivery() -> None:
     failed: list[str] = []
     canceled: list[str] = []
-    b = EvalBroker(nack_timeout=0.3, delivery_limit=2,
-                   on_failed=lambda e: failed.append(e["ID"]),
-                   on_cancel=lambda es: canceled.extend(e["ID"] for e in es))
-    mk = lambda i, job: {"ID": f"e{i}", "Namespace": "default", "JobID": job,  # noqa: E731
-                         "Type": "service", "Priority": 50, "CreateIndex": i}
+    gone = asyncio.Event()
+    b = EvalBroker(
+        nack_timeout=0.3,
+        delivery_limit=2,
+        on_failed=lambda e: (failed.append(e["ID"]), gone.set()),
+        on_cancel=lambda es: canceled.extend(e["ID"] for e in es),
+    )
+
+    def mk(i: int, job: str) -> dict[str, Any]:
+        return {
+            "ID": f"e{i}",
+            "Namespace": "default",
+            "JobID": job,
+            "Type": "service",
+            "Priority": 50,
+            "CreateIndex": i,
+        }
+
     for i, j in enumerate(["a", "a", "a", "b"]):
         b.enqueue(mk(i, j))
     got = await b.dequeue([], 1)
@@ -219,7 +268,5 @@ async def test_broker_one_per_job_nack_and_redelivery() -> None:
     # No ack: the nack timeout redelivers, up to the delivery limit.
     again = await b.dequeue([], 2)
     assert again and again[0]["ID"] == "e2"
-    deadline = time.monotonic() + 2
-    while not failed and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
+    await asyncio.wait_for(gone.wait(), 2)
     assert failed == ["e2"]

@@ -75,8 +75,12 @@ def test_variables_locals_and_mapping() -> None:
     assert tg["RestartPolicy"] == {"Attempts": 3, "Delay": 10_000_000_000}
     net = tg["Networks"][0]
     assert net["ReservedPorts"][0]["Label"] == "http" and net["ReservedPorts"][0]["Value"] == 8080
-    assert net["DynamicPorts"][0] == {"Label": "db", "To": 6379, "Value": 0,
-                                      "HostNetwork": "default"}
+    assert net["DynamicPorts"][0] == {
+        "Label": "db",
+        "To": 6379,
+        "Value": 0,
+        "HostNetwork": "default",
+    }
     task = tg["Tasks"][0]
     # Runtime interpolations stay for the client; var/local/functions are evaluated.
     assert task["Config"] == {"command": "/bin/sleep", "args": ["${NOMAD_ALLOC_ID}", "X"]}
@@ -103,8 +107,9 @@ def test_undeclared_var_file_value_is_a_warning() -> None:
 def test_unset_variable() -> None:
     with pytest.raises(JobParseError) as err:
         parse_job(JOB)
-    assert 'Unset variable "greeting"; A used variable must be set or have a default value' \
-        in str(err.value)
+    assert 'Unset variable "greeting"; A used variable must be set or have a default value' in str(
+        err.value
+    )
 
 
 def test_undeclared_variable_reference() -> None:
@@ -125,9 +130,11 @@ def test_unknown_argument() -> None:
 
 
 def test_variable_validation() -> None:
-    src = ('variable "n" {\n type = number\n default = 0\n validation {\n'
-           ' condition = var.n > 0\n error_message = "n must be positive."\n }\n}\n'
-           'job "x" {\n group "g" {\n count = var.n\n task "t" {\n driver = "mock"\n }\n }\n}\n')
+    src = (
+        'variable "n" {\n type = number\n default = 0\n validation {\n'
+        ' condition = var.n > 0\n error_message = "n must be positive."\n }\n}\n'
+        'job "x" {\n group "g" {\n count = var.n\n task "t" {\n driver = "mock"\n }\n }\n}\n'
+    )
     with pytest.raises(JobParseError, match="n must be positive"):
         parse_job(src)
     assert parse_job(src, "n = 3").job["TaskGroups"][0]["Count"] == 3
@@ -139,18 +146,33 @@ def test_canonicalize_defaults_service() -> None:
     assert job["Priority"] == 50 and job["Type"] == "service" and job["NodePool"] == ""
     assert job["Datacenters"] == ["dc1", "dc*"]
     assert job["Update"] == {
-        "Stagger": 30_000_000_000, "MaxParallel": 1, "HealthCheck": "checks",
-        "MinHealthyTime": 10_000_000_000, "HealthyDeadline": 300_000_000_000,
-        "ProgressDeadline": 600_000_000_000, "AutoRevert": False, "AutoPromote": False,
-        "Canary": 0}
+        "Stagger": 30_000_000_000,
+        "MaxParallel": 1,
+        "HealthCheck": "checks",
+        "MinHealthyTime": 10_000_000_000,
+        "HealthyDeadline": 300_000_000_000,
+        "ProgressDeadline": 600_000_000_000,
+        "AutoRevert": False,
+        "AutoPromote": False,
+        "Canary": 0,
+    }
     tg = job["TaskGroups"][0]
     assert tg["EphemeralDisk"] == {"Sticky": False, "Migrate": False, "SizeMB": 300}
     assert tg["ReschedulePolicy"] == {
-        "Attempts": 0, "Interval": 0, "Delay": 30_000_000_000, "DelayFunction": "exponential",
-        "MaxDelay": 3_600_000_000_000, "Unlimited": True}
-    assert tg["RestartPolicy"] == {"Attempts": 3, "Delay": 10_000_000_000,
-                                   "Interval": 1_800_000_000_000, "Mode": "fail",
-                                   "RenderTemplates": False}
+        "Attempts": 0,
+        "Interval": 0,
+        "Delay": 30_000_000_000,
+        "DelayFunction": "exponential",
+        "MaxDelay": 3_600_000_000_000,
+        "Unlimited": True,
+    }
+    assert tg["RestartPolicy"] == {
+        "Attempts": 3,
+        "Delay": 10_000_000_000,
+        "Interval": 1_800_000_000_000,
+        "Mode": "fail",
+        "RenderTemplates": False,
+    }
     assert tg["Migrate"]["MaxParallel"] == 1
     task = tg["Tasks"][0]
     assert task["LogConfig"] == {"MaxFiles": 10, "MaxFileSizeMB": 10, "Disabled": False}

@@ -20,41 +20,69 @@ from services.scheduler.placement.versions import check_version
 
 
 def node(i: int, **over: Any) -> dict[str, Any]:
-    n = {"ID": f"n{i}", "Name": f"node-{i}", "Datacenter": "dc1", "NodePool": "default",
-         "NodeClass": "", "Status": "ready", "SchedulingEligibility": "eligible",
-         "Drain": False, "Drivers": {"mock": {"Detected": True, "Healthy": True}},
-         "Attributes": {"kernel.name": "linux", "os.version": "22.04", "cpu.numcores": "4"},
-         "Meta": {"rack": f"r{i % 2}"},
-         "NodeResources": {"Cpu": {"CpuShares": 4000}, "Memory": {"MemoryMB": 4096},
-                           "Disk": {"DiskMB": 10000}},
-         "ReservedResources": {"Cpu": {"CpuShares": 0}, "Memory": {"MemoryMB": 0},
-                               "Disk": {"DiskMB": 0}}}
+    n = {
+        "ID": f"n{i}",
+        "Name": f"node-{i}",
+        "Datacenter": "dc1",
+        "NodePool": "default",
+        "NodeClass": "",
+        "Status": "ready",
+        "SchedulingEligibility": "eligible",
+        "Drain": False,
+        "Drivers": {"mock": {"Detected": True, "Healthy": True}},
+        "Attributes": {"kernel.name": "linux", "os.version": "22.04", "cpu.numcores": "4"},
+        "Meta": {"rack": f"r{i % 2}"},
+        "NodeResources": {
+            "Cpu": {"CpuShares": 4000},
+            "Memory": {"MemoryMB": 4096},
+            "Disk": {"DiskMB": 10000},
+        },
+        "ReservedResources": {
+            "Cpu": {"CpuShares": 0},
+            "Memory": {"MemoryMB": 0},
+            "Disk": {"DiskMB": 0},
+        },
+    }
     n.update(over)
     return n
 
 
 def job(count: int = 1, **over: Any) -> dict[str, Any]:
-    tg = {"Name": "g", "Count": count, "EphemeralDisk": {"SizeMB": 100},
-          "Tasks": [{"Name": "t", "Driver": "mock",
-                     "Resources": {"CPU": 1000, "MemoryMB": 1024}}]}
+    tg = {
+        "Name": "g",
+        "Count": count,
+        "EphemeralDisk": {"SizeMB": 100},
+        "Tasks": [{"Name": "t", "Driver": "mock", "Resources": {"CPU": 1000, "MemoryMB": 1024}}],
+    }
     tg.update(over.pop("tg", {}))
     j = admit({"ID": "j", "Datacenters": ["dc1"], "TaskGroups": [tg], **over})
     j["CreateIndex"] = 1
     return j
 
 
-@pytest.mark.parametrize(("op", "l", "r", "want"), [
-    ("=", "a", "a", True), ("==", "a", "b", False), ("is", "1", "1", True),
-    ("!=", "a", "b", True), ("not", "a", "a", False),
-    ("<", "2", "10", True), (">=", "10", "9", True), ("<", "b", "a", False),
-    ("version", "1.2.3", ">= 1.0, < 2.0", True), ("version", "2.1", "~> 2.0", True),
-    ("semver", "1.2.3-beta", "< 1.2.3", True), ("semver", "1.2", ">= 1.0.0", False),
-    ("regexp", "ubuntu-22", "^ubuntu", True),
-    ("set_contains", "a,b,c", "a,c", True), ("set_contains_all", "a,b", "a,d", False),
-    ("set_contains_any", "a,b", "x,b", True),
-])
-def test_constraint_operands(op: str, l: str, r: str, want: bool) -> None:  # noqa: E741
-    assert check_constraint(op, l, r, True, True) is want
+@pytest.mark.parametrize(
+    ("op", "lhs", "rhs", "want"),
+    [
+        ("=", "a", "a", True),
+        ("==", "a", "b", False),
+        ("is", "1", "1", True),
+        ("!=", "a", "b", True),
+        ("not", "a", "a", False),
+        ("<", "2", "10", True),
+        (">=", "10", "9", True),
+        ("<", "b", "a", False),
+        ("version", "1.2.3", ">= 1.0, < 2.0", True),
+        ("version", "2.1", "~> 2.0", True),
+        ("semver", "1.2.3-beta", "< 1.2.3", True),
+        ("semver", "1.2", ">= 1.0.0", False),
+        ("regexp", "ubuntu-22", "^ubuntu", True),
+        ("set_contains", "a,b,c", "a,c", True),
+        ("set_contains_all", "a,b", "a,d", False),
+        ("set_contains_any", "a,b", "x,b", True),
+    ],
+)
+def test_constraint_operands(op: str, lhs: str, rhs: str, want: bool) -> None:
+    assert check_constraint(op, lhs, rhs, True, True) is want
 
 
 def test_targets_and_set_operands() -> None:
@@ -68,8 +96,13 @@ def test_targets_and_set_operands() -> None:
 
 
 def test_candidates_filter_pool_status_and_dc_globs() -> None:
-    nodes = [node(1), node(2, Datacenter="us-east-1"), node(3, Status="down"),
-             node(4, NodePool="gpu"), node(5, SchedulingEligibility="ineligible")]
+    nodes = [
+        node(1),
+        node(2, Datacenter="us-east-1"),
+        node(3, Status="down"),
+        node(4, NodePool="gpu"),
+        node(5, SchedulingEligibility="ineligible"),
+    ]
     got = {n["ID"] for n in candidate_nodes(nodes, job(Datacenters=["dc*", "us-*"]))}
     assert got == {"n1", "n2"}
     got = {n["ID"] for n in candidate_nodes(nodes, job(NodePool="gpu", Datacenters=["*"]))}
@@ -101,9 +134,19 @@ def test_placer_packs_and_reports_exhaustion() -> None:
 
 
 def test_existing_allocations_use_capacity() -> None:
-    existing = [{"ID": f"a{i}", "NodeID": "n0", "JobID": "other", "Namespace": "default",
-                 "TaskGroup": "x", "DesiredStatus": "run", "ClientStatus": "running",
-                 "Resources": {"CPU": 1000, "MemoryMB": 1024, "DiskMB": 0}} for i in range(4)]
+    existing = [
+        {
+            "ID": f"a{i}",
+            "NodeID": "n0",
+            "JobID": "other",
+            "Namespace": "default",
+            "TaskGroup": "x",
+            "DesiredStatus": "run",
+            "ClientStatus": "running",
+            "Resources": {"CPU": 1000, "MemoryMB": 1024, "DiskMB": 0},
+        }
+        for i in range(4)
+    ]
     p = Placer([node(0), node(1)], existing, job(), rng=random.Random(0))
     chosen, _ = p.select(job()["TaskGroups"][0])
     assert chosen is not None and chosen["ID"] == "n1"
@@ -118,8 +161,7 @@ def test_constraint_filtering_metrics() -> None:
 
 
 def test_distinct_hosts() -> None:
-    j = job(count=3, Constraints=[{"Operand": "distinct_hosts", "LTarget": "",
-                                   "RTarget": ""}])
+    j = job(count=3, Constraints=[{"Operand": "distinct_hosts", "LTarget": "", "RTarget": ""}])
     p = Placer([node(0), node(1)], [], j, rng=random.Random(0))
     tg = j["TaskGroups"][0]
     got = [p.select(tg)[0] for _ in range(3)]
@@ -127,13 +169,17 @@ def test_distinct_hosts() -> None:
 
 
 def test_affinity_and_spread() -> None:
-    j = job(count=4, Affinities=[{"LTarget": "${meta.rack}", "RTarget": "r1", "Operand": "=",
-                                  "Weight": 100}])
+    j = job(
+        count=4,
+        Affinities=[{"LTarget": "${meta.rack}", "RTarget": "r1", "Operand": "=", "Weight": 100}],
+    )
     p = Placer([node(i) for i in range(4)], [], j, rng=random.Random(3))
     first, _ = p.select(j["TaskGroups"][0])
     assert first is not None and first["Meta"]["rack"] == "r1"
-    s = job(count=4, tg={"Spreads": [{"Attribute": "${meta.rack}", "Weight": 100,
-                                      "SpreadTarget": None}]})
+    s = job(
+        count=4,
+        tg={"Spreads": [{"Attribute": "${meta.rack}", "Weight": 100, "SpreadTarget": None}]},
+    )
     p = Placer([node(i) for i in range(4)], [], s, rng=random.Random(3))
     racks = [p.select(s["TaskGroups"][0])[0]["Meta"]["rack"] for _ in range(4)]
     assert sorted(racks) == ["r0", "r0", "r1", "r1"]

@@ -13,17 +13,37 @@ from services.scheduler.api.query import blocking, parse_options
 
 
 def _token_stub(t: dict[str, Any]) -> dict[str, Any]:
-    return {k: t.get(k) for k in ("AccessorID", "Name", "Type", "Policies", "Roles", "Global",
-                                  "CreateTime", "ExpirationTime", "CreateIndex",
-                                  "ModifyIndex")}
+    return {
+        k: t.get(k)
+        for k in (
+            "AccessorID",
+            "Name",
+            "Type",
+            "Policies",
+            "Roles",
+            "Global",
+            "CreateTime",
+            "ExpirationTime",
+            "CreateIndex",
+            "ModifyIndex",
+        )
+    }
 
 
-def _new_token(name: str, kind: str, policies: list[str], global_: bool = False,
-               secret: str = "") -> dict[str, Any]:
-    return {"AccessorID": str(uuid.uuid4()), "SecretID": secret or str(uuid.UUID(
-        bytes=secrets.token_bytes(16))), "Name": name, "Type": kind,
-            "Policies": policies or None, "Roles": None, "Global": global_,
-            "ExpirationTime": None, "ExpirationTTL": 0}
+def _new_token(
+    name: str, kind: str, policies: list[str], global_: bool = False, secret: str = ""
+) -> dict[str, Any]:
+    return {
+        "AccessorID": str(uuid.uuid4()),
+        "SecretID": secret or str(uuid.UUID(bytes=secrets.token_bytes(16))),
+        "Name": name,
+        "Type": kind,
+        "Policies": policies or None,
+        "Roles": None,
+        "Global": global_,
+        "ExpirationTime": None,
+        "ExpirationTTL": 0,
+    }
 
 
 def _require_enabled(ctx: ApiContext) -> None:
@@ -49,7 +69,9 @@ async def list_policies(ctx: ApiContext, req: Request) -> Any:
         pols = sorted(ctx.t.acl_policies.values(), key=lambda p: p["Name"])
         return ctx.t.index["acl_policy"], [
             {k: p.get(k) for k in ("Name", "Description", "CreateIndex", "ModifyIndex")}
-            for p in pols if p["Name"].startswith(opts.prefix)]
+            for p in pols
+            if p["Name"].startswith(opts.prefix)
+        ]
 
     index, body = await blocking(ctx.replog, opts, compute)
     return ok(body, index=index)
@@ -77,8 +99,12 @@ async def policy(ctx: ApiContext, req: Request, name: str) -> Any:
         parse_rules(str(rules))
     except PolicyError as exc:
         raise bad(f"policy {name} invalid: {exc}") from None
-    pol = {"Name": name, "Description": str(data.get("Description", "")), "Rules": str(rules),
-           "JobACL": None}
+    pol = {
+        "Name": name,
+        "Description": str(data.get("Description", "")),
+        "Rules": str(rules),
+        "JobACL": None,
+    }
     index, _ = await ctx.append("acl.policy.upsert", {"policies": [pol]})
     return ok(None, index=index)
 
@@ -90,8 +116,9 @@ async def list_tokens(ctx: ApiContext, req: Request) -> Any:
 
     def compute() -> tuple[int, Any]:
         toks = sorted(ctx.t.acl_tokens.values(), key=lambda t: t["AccessorID"])
-        return ctx.t.index["acl_token"], [_token_stub(t) for t in toks
-                                           if t["AccessorID"].startswith(opts.prefix)]
+        return ctx.t.index["acl_token"], [
+            _token_stub(t) for t in toks if t["AccessorID"].startswith(opts.prefix)
+        ]
 
     index, body = await blocking(ctx.replog, opts, compute)
     return ok(body, index=index)
@@ -114,19 +141,22 @@ async def create_token(ctx: ApiContext, req: Request, accessor: str = "") -> Any
         raise bad("Failed to decode request body")
     kind = data.get("Type") or "client"
     if kind not in ("client", "management"):
-        raise bad(f"Token type must be client or management")
+        raise bad("Token type must be client or management")
     policies = data.get("Policies") or []
     if kind == "client" and not policies:
         raise bad("1 error occurred:\n\t* client token missing policies\n\n")
     if kind == "management" and policies:
-        raise bad("1 error occurred:\n\t* management token cannot be associated with "
-                  "policies\n\n")
+        raise bad("1 error occurred:\n\t* management token cannot be associated with policies\n\n")
     if accessor:
         old = ctx.t.acl_tokens.get(accessor)
         if old is None:
             raise HttpError(404, "ACL token not found")
-        token = {**old, "Name": data.get("Name", old["Name"]), "Type": kind,
-                 "Policies": policies or None}
+        token = {
+            **old,
+            "Name": data.get("Name", old["Name"]),
+            "Type": kind,
+            "Policies": policies or None,
+        }
     else:
         token = _new_token(str(data.get("Name", "")), kind, policies, bool(data.get("Global")))
     _, result = await ctx.append("acl.token.upsert", {"tokens": [token]})

@@ -33,8 +33,10 @@ async def list_nodes(ctx: ApiContext, req: Request) -> Any:
     os_ = req.flag("os")
 
     def compute() -> tuple[int, Any]:
-        nodes = sorted((n for n in ctx.t.nodes.values() if n["ID"].startswith(opts.prefix)),
-                       key=lambda n: n["ID"])
+        nodes = sorted(
+            (n for n in ctx.t.nodes.values() if n["ID"].startswith(opts.prefix)),
+            key=lambda n: n["ID"],
+        )
         nodes = _filtered(opts, nodes, public)
         return ctx.t.index["nodes"], [node_stub(n, resources=resources, os=os_) for n in nodes]
 
@@ -78,8 +80,10 @@ async def node_eligibility(ctx: ApiContext, req: Request, node_id: str) -> Any:
     if elig not in ("eligible", "ineligible"):
         raise bad(f'invalid scheduling eligibility "{elig}"')
     index, _ = await ctx.append("node.eligibility", {"node_id": node_id, "eligibility": elig})
-    return ok({"EvalIDs": None, "EvalCreateIndex": 0, "NodeModifyIndex": index,
-               "Index": index}, index=index)
+    return ok(
+        {"EvalIDs": None, "EvalCreateIndex": 0, "NodeModifyIndex": index, "Index": index},
+        index=index,
+    )
 
 
 async def list_allocations(ctx: ApiContext, req: Request) -> Any:
@@ -87,8 +91,14 @@ async def list_allocations(ctx: ApiContext, req: Request) -> Any:
     acl = ctx.resolve(req)
 
     def compute() -> tuple[int, Any]:
-        allocs = sorted((a for a in ctx.t.allocs.values() if a["ID"].startswith(opts.prefix)
-                         and _ns_ok(ctx, req, acl, a["Namespace"])), key=lambda a: a["ID"])
+        allocs = sorted(
+            (
+                a
+                for a in ctx.t.allocs.values()
+                if a["ID"].startswith(opts.prefix) and _ns_ok(ctx, req, acl, a["Namespace"])
+            ),
+            key=lambda a: a["ID"],
+        )
         allocs = _filtered(opts, allocs, public)
         return ctx.t.index["allocs"], [alloc_stub(a) for a in allocs]
 
@@ -122,10 +132,17 @@ async def list_evaluations(ctx: ApiContext, req: Request) -> Any:
     job = req.q("job")
 
     def compute() -> tuple[int, Any]:
-        evs = sorted((e for e in ctx.t.evals.values() if e["ID"].startswith(opts.prefix)
-                      and _ns_ok(ctx, req, acl, e["Namespace"])
-                      and (not status or e["Status"] == status)
-                      and (not job or e["JobID"] == job)), key=lambda e: e["ID"])
+        evs = sorted(
+            (
+                e
+                for e in ctx.t.evals.values()
+                if e["ID"].startswith(opts.prefix)
+                and _ns_ok(ctx, req, acl, e["Namespace"])
+                and (not status or e["Status"] == status)
+                and (not job or e["JobID"] == job)
+            ),
+            key=lambda e: e["ID"],
+        )
         return ctx.t.index["evals"], [public(e) for e in _filtered(opts, evs)]
 
     index, body = await blocking(ctx.replog, opts, compute)
@@ -168,8 +185,14 @@ async def list_deployments(ctx: ApiContext, req: Request) -> Any:
     acl = ctx.resolve(req)
 
     def compute() -> tuple[int, Any]:
-        deps = sorted((d for d in ctx.t.deployments.values() if d["ID"].startswith(opts.prefix)
-                       and _ns_ok(ctx, req, acl, d["Namespace"])), key=lambda d: d["ID"])
+        deps = sorted(
+            (
+                d
+                for d in ctx.t.deployments.values()
+                if d["ID"].startswith(opts.prefix) and _ns_ok(ctx, req, acl, d["Namespace"])
+            ),
+            key=lambda d: d["ID"],
+        )
         return ctx.t.index["deployment"], [public(d) for d in _filtered(opts, deps)]
 
     index, body = await blocking(ctx.replog, opts, compute)
@@ -200,8 +223,10 @@ async def deployment_allocations(ctx: ApiContext, req: Request, dep_id: str) -> 
     ctx.resolve(req)
 
     def compute() -> tuple[int, Any]:
-        allocs = sorted((a for a in ctx.t.allocs.values() if a.get("DeploymentID") == dep_id),
-                        key=lambda a: a["ID"])
+        allocs = sorted(
+            (a for a in ctx.t.allocs.values() if a.get("DeploymentID") == dep_id),
+            key=lambda a: a["ID"],
+        )
         return ctx.t.index["allocs"], [alloc_stub(a) for a in allocs]
 
     index, body = await blocking(ctx.replog, opts, compute)
@@ -227,9 +252,11 @@ async def fail_deployment(ctx: ApiContext, req: Request, dep_id: str) -> Any:
         raise HttpError(404, "deployment not found")
     ctx.require_ns(req, dep["Namespace"], "submit-job")
     if dep["Status"] != "running":
-        raise bad(f"can't fail terminal deployment: status \"{dep['Status']}\"")
-    index, result = await ctx.append("deployment.status", {
-        "id": dep_id, "status": "failed", "description": "Deployment marked as failed"})
+        raise bad(f'can\'t fail terminal deployment: status "{dep["Status"]}"')
+    index, result = await ctx.append(
+        "deployment.status",
+        {"id": dep_id, "status": "failed", "description": "Deployment marked as failed"},
+    )
     return ok({**result, "Index": index}, index=index)
 
 
@@ -247,14 +274,25 @@ async def regions(ctx: ApiContext, req: Request) -> Any:
 
 async def agent_self(ctx: ApiContext, req: Request) -> Any:
     ctx.require(req, "agent", write=False)
-    return ok({
-        "config": {"Region": ctx.region, "Datacenter": ctx.datacenter,
-                   "ACL": {"Enabled": ctx.acl_enabled}, "Server": {"Enabled": True},
-                   "Version": {"Version": "1.8.0", "VersionPrerelease": "",
-                               "Revision": "trellis"}},
-        "member": {"Name": f"trellis.{ctx.region}", "Addr": ctx.advertise.split(":")[0],
-                   "Port": 4648, "Status": "alive",
-                   "Tags": {"region": ctx.region, "dc": ctx.datacenter, "role": "nomad"}},
-        "stats": {"nomad": {"leader": "true", "known_regions": "1"},
-                  "raft": {"applied_index": str(ctx.replog.applied_index)}},
-    })
+    return ok(
+        {
+            "config": {
+                "Region": ctx.region,
+                "Datacenter": ctx.datacenter,
+                "ACL": {"Enabled": ctx.acl_enabled},
+                "Server": {"Enabled": True},
+                "Version": {"Version": "1.8.0", "VersionPrerelease": "", "Revision": "trellis"},
+            },
+            "member": {
+                "Name": f"trellis.{ctx.region}",
+                "Addr": ctx.advertise.split(":")[0],
+                "Port": 4648,
+                "Status": "alive",
+                "Tags": {"region": ctx.region, "dc": ctx.datacenter, "role": "nomad"},
+            },
+            "stats": {
+                "nomad": {"leader": "true", "known_regions": "1"},
+                "raft": {"applied_index": str(ctx.replog.applied_index)},
+            },
+        }
+    )

@@ -54,13 +54,17 @@ class ApiContext:
         if not self.acl_enabled:
             return Acl(management=True)
         secret = self.token_of(req)
-        if self.management_token and secret and hmac.compare_digest(
-                secret.encode(), self.management_token.encode()):
+        if (
+            self.management_token
+            and secret
+            and hmac.compare_digest(secret.encode(), self.management_token.encode())
+        ):
             return Acl(management=True)
         if not secret:
             anon = self.t.acl_policies.get("anonymous")
-            return acl_for({"Type": "client", "Policies": ["anonymous"]} if anon else None,
-                           self.t.acl_policies)
+            return acl_for(
+                {"Type": "client", "Policies": ["anonymous"]} if anon else None, self.t.acl_policies
+            )
         accessor = self.t.token_by_secret.get(secret)
         if accessor is None:
             raise HttpError(403, TOKEN_NOT_FOUND)

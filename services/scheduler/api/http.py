@@ -61,8 +61,10 @@ class Request:
             return True
         if v in ("", "0", "f", "F", "false", "FALSE", "False"):
             return False
-        raise bad(f"Failed to parse value of {name!r} ({v}) as a bool: strconv.ParseBool: "
-                  f'parsing "{v}": invalid syntax')
+        raise bad(
+            f"Failed to parse value of {name!r} ({v}) as a bool: strconv.ParseBool: "
+            f'parsing "{v}": invalid syntax'
+        )
 
     def json(self) -> Any:
         if not self.body.strip():
@@ -78,12 +80,20 @@ class Request:
 
 
 def meta_headers(index: int) -> dict[str, str]:
-    return {"X-Sched-Index": str(max(index, 1)), "X-Sched-KnownLeader": "true",
-            "X-Sched-LastContact": "0"}
+    return {
+        "X-Sched-Index": str(max(index, 1)),
+        "X-Sched-KnownLeader": "true",
+        "X-Sched-LastContact": "0",
+    }
 
 
-def ok(body: Any, *, index: int | None = None, headers: dict[str, str] | None = None,
-       pretty: bool = False) -> HttpResponse:
+def ok(
+    body: Any,
+    *,
+    index: int | None = None,
+    headers: dict[str, str] | None = None,
+    pretty: bool = False,
+) -> HttpResponse:
     hdrs = {"Content-Type": "application/json"}
     if index is not None:
         hdrs.update(meta_headers(index))
@@ -94,5 +104,6 @@ def ok(body: Any, *, index: int | None = None, headers: dict[str, str] | None = 
 
 
 def error(code: int, message: str) -> HttpResponse:
-    return HttpResponse(status=code, headers={"Content-Type": "text/plain; charset=utf-8"},
-                        body=message.encode())
+    return HttpResponse(
+        status=code, headers={"Content-Type": "text/plain; charset=utf-8"}, body=message.encode()
+    )

@@ -42,9 +42,11 @@ async def list_jobs(ctx: ApiContext, req: Request) -> Any:
 
     def compute() -> tuple[int, Any]:
         t = ctx.t
-        jobs = [j for j in t.jobs.values()
-                if (ns == "*" and acl.allow_ns(j["Namespace"], "list-jobs"))
-                or (j["Namespace"] == ns)]
+        jobs = [
+            j
+            for j in t.jobs.values()
+            if (ns == "*" and acl.allow_ns(j["Namespace"], "list-jobs")) or (j["Namespace"] == ns)
+        ]
         jobs = [j for j in jobs if j["ID"].startswith(opts.prefix)]
         jobs.sort(key=lambda j: (j["Namespace"], j["ID"]))
         jobs = _filtered(opts, jobs, public)
@@ -93,8 +95,10 @@ async def register(ctx: ApiContext, req: Request, path_id: str = "") -> Any:
     except (TypeError, AttributeError, KeyError, ValueError) as exc:
         raise bad(f"Failed to decode request body: {exc}") from None
     eval_priority = data.get("EvalPriority") or 0
-    if not isinstance(eval_priority, int) or isinstance(eval_priority, bool) or (
-        eval_priority and not 1 <= eval_priority <= 100
+    if (
+        not isinstance(eval_priority, int)
+        or isinstance(eval_priority, bool)
+        or (eval_priority and not 1 <= eval_priority <= 100)
     ):
         raise bad("Eval priority must be between 1 and 100 inclusively")
     warnings = ""
@@ -102,27 +106,42 @@ async def register(ctx: ApiContext, req: Request, path_id: str = "") -> Any:
     if isinstance(submission, dict) and submission.get("Source") is not None:
         size = len(str(submission.get("Source", ""))) + len(str(submission.get("Variables", "")))
         if size > MAX_SOURCE:
-            warnings = (f"job submission source size of {size} exceeds maximum of {MAX_SOURCE}"
-                        " and will be discarded")
+            warnings = (
+                f"job submission source size of {size} exceeds maximum of {MAX_SOURCE}"
+                " and will be discarded"
+            )
             submission = None
         else:
-            submission = {"Source": str(submission.get("Source", "")),
-                          "Format": str(submission.get("Format") or "hcl2"),
-                          "VariableFlags": submission.get("VariableFlags") or None,
-                          "Variables": str(submission.get("Variables") or "")}
+            submission = {
+                "Source": str(submission.get("Source", "")),
+                "Format": str(submission.get("Format") or "hcl2"),
+                "VariableFlags": submission.get("VariableFlags") or None,
+                "Variables": str(submission.get("Variables") or ""),
+            }
     else:
         submission = None
     ev = None
     if not ((job.get("Periodic") or {}).get("Enabled") or job.get("ParameterizedJob")):
         ev = new_eval(str(uuid.uuid4()), job, "job-register", priority=eval_priority)
-    index, result = await ctx.append("job.register", {
-        "job": job, "eval": ev, "submission": submission,
-        "enforce_index": bool(data.get("EnforceIndex")),
-        "job_modify_index": int(data.get("JobModifyIndex") or 0),
-        "preserve_counts": bool(data.get("PreserveCounts")),
-    })
-    body = {**result, "Warnings": warnings or result.get("Warnings", ""), "Index": index,
-            "LastContact": 0, "KnownLeader": True, "NextToken": ""}
+    index, result = await ctx.append(
+        "job.register",
+        {
+            "job": job,
+            "eval": ev,
+            "submission": submission,
+            "enforce_index": bool(data.get("EnforceIndex")),
+            "job_modify_index": int(data.get("JobModifyIndex") or 0),
+            "preserve_counts": bool(data.get("PreserveCounts")),
+        },
+    )
+    body = {
+        **result,
+        "Warnings": warnings or result.get("Warnings", ""),
+        "Index": index,
+        "LastContact": 0,
+        "KnownLeader": True,
+        "NextToken": "",
+    }
     return ok(body, index=index)
 
 
@@ -215,8 +234,10 @@ async def versions(ctx: ApiContext, req: Request, job_id: str) -> Any:
     if body is None:
         raise HttpError(404, "job versions not found")
     out, d = body
-    return ok({"Diffs": d, "Index": index, "KnownLeader": True, "LastContact": 0,
-               "Versions": out}, index=index)
+    return ok(
+        {"Diffs": d, "Index": index, "KnownLeader": True, "LastContact": 0, "Versions": out},
+        index=index,
+    )
 
 
 async def allocations(ctx: ApiContext, req: Request, job_id: str) -> Any:
@@ -303,10 +324,11 @@ async def deregister(ctx: ApiContext, req: Request, job_id: str) -> Any:
     ctx.require_ns(req, ns, "submit-job")
     job = _job_or_404(ctx, ns, job_id)
     ev = new_eval(str(uuid.uuid4()), job, "job-deregister")
-    index, result = await ctx.append("job.deregister", {
-        "namespace": ns, "job_id": job_id, "purge": req.flag("purge"), "eval": ev})
-    return ok({**result, "Index": index, "LastContact": 0, "KnownLeader": True},
-              index=index)
+    index, result = await ctx.append(
+        "job.deregister",
+        {"namespace": ns, "job_id": job_id, "purge": req.flag("purge"), "eval": ev},
+    )
+    return ok({**result, "Index": index, "LastContact": 0, "KnownLeader": True}, index=index)
 
 
 async def stable(ctx: ApiContext, req: Request, job_id: str) -> Any:
@@ -315,9 +337,15 @@ async def stable(ctx: ApiContext, req: Request, job_id: str) -> Any:
     data = req.json() or {}
     if not isinstance(data, dict) or not isinstance(data.get("JobVersion", 0), int):
         raise bad("Failed to decode request body: JobVersion must be an integer")
-    index, _ = await ctx.append("job.stable", {
-        "namespace": ns, "job_id": job_id, "version": int(data.get("JobVersion") or 0),
-        "stable": bool(data.get("Stable"))})
+    index, _ = await ctx.append(
+        "job.stable",
+        {
+            "namespace": ns,
+            "job_id": job_id,
+            "version": int(data.get("JobVersion") or 0),
+            "stable": bool(data.get("Stable")),
+        },
+    )
     return ok({"JobModifyIndex": index, "Index": index}, index=index)
 
 
@@ -329,5 +357,12 @@ async def evaluate(ctx: ApiContext, req: Request, job_id: str) -> Any:
         raise bad("can't evaluate periodic or parameterized job")
     ev = new_eval(str(uuid.uuid4()), job, "job-register")
     index, _ = await ctx.append("eval.upsert", {"evals": [ev]})
-    return ok({"EvalID": ev["ID"], "EvalCreateIndex": index,
-               "JobModifyIndex": job["JobModifyIndex"], "Index": index}, index=index)
+    return ok(
+        {
+            "EvalID": ev["ID"],
+            "EvalCreateIndex": index,
+            "JobModifyIndex": job["JobModifyIndex"],
+            "Index": index,
+        },
+        index=index,
+    )

@@ -57,16 +57,16 @@ def parse_options(req: Request) -> QueryOptions:
         try:
             o.filter = compile_filter(expr)
         except FilterSyntaxError as exc:
-            raise bad("failed to create result paginator: failed to read filter expression: "
-                      f"{exc}") from None
+            raise bad(
+                f"failed to create result paginator: failed to read filter expression: {exc}"
+            ) from None
     return o
 
 
 Compute = Callable[[], tuple[int, Any]]
 
 
-async def blocking(replog: ReplicatedLog, opts: QueryOptions, compute: Compute
-                   ) -> tuple[int, Any]:
+async def blocking(replog: ReplicatedLog, opts: QueryOptions, compute: Compute) -> tuple[int, Any]:
     """Answer at once without `index`; otherwise wait until the result's index passes it or the
     wait (plus Nomad's jitter of up to wait/16) runs out."""
     if not opts.stale:

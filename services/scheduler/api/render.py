@@ -13,16 +13,25 @@ def public(rec: dict[str, Any]) -> dict[str, Any]:
 
 def job_stub(t: Tables, job: dict[str, Any], *, meta: bool = False) -> dict[str, Any]:
     out = {
-        "ID": job["ID"], "ParentID": job.get("ParentID", ""), "Name": job["Name"],
-        "Namespace": job["Namespace"], "Datacenters": job.get("Datacenters"),
-        "NodePool": job.get("NodePool", "default"), "Multiregion": job.get("Multiregion"),
-        "Type": job["Type"], "Priority": job["Priority"],
-        "Periodic": bool(job.get("Periodic")), "ParameterizedJob": bool(
-            job.get("ParameterizedJob")), "Stop": bool(job.get("Stop")),
-        "Status": job.get("Status", ""), "StatusDescription": job.get("StatusDescription", ""),
+        "ID": job["ID"],
+        "ParentID": job.get("ParentID", ""),
+        "Name": job["Name"],
+        "Namespace": job["Namespace"],
+        "Datacenters": job.get("Datacenters"),
+        "NodePool": job.get("NodePool", "default"),
+        "Multiregion": job.get("Multiregion"),
+        "Type": job["Type"],
+        "Priority": job["Priority"],
+        "Periodic": bool(job.get("Periodic")),
+        "ParameterizedJob": bool(job.get("ParameterizedJob")),
+        "Stop": bool(job.get("Stop")),
+        "Status": job.get("Status", ""),
+        "StatusDescription": job.get("StatusDescription", ""),
         "JobSummary": t.job_summary(job["Namespace"], job["ID"]),
-        "CreateIndex": job["CreateIndex"], "ModifyIndex": job["ModifyIndex"],
-        "JobModifyIndex": job["JobModifyIndex"], "SubmitTime": job.get("SubmitTime", 0),
+        "CreateIndex": job["CreateIndex"],
+        "ModifyIndex": job["ModifyIndex"],
+        "JobModifyIndex": job["JobModifyIndex"],
+        "SubmitTime": job.get("SubmitTime", 0),
     }
     if meta:
         out["Meta"] = job.get("Meta")
@@ -30,12 +39,34 @@ def job_stub(t: Tables, job: dict[str, Any], *, meta: bool = False) -> dict[str,
 
 
 ALLOC_STUB = (
-    "ID", "EvalID", "Name", "Namespace", "NodeID", "NodeName", "JobID", "JobType",
-    "JobVersion", "TaskGroup", "AllocatedResources", "DesiredStatus", "DesiredDescription",
-    "ClientStatus", "ClientDescription", "DesiredTransition", "TaskStates", "DeploymentStatus",
-    "FollowupEvalID", "PreviousAllocation", "NextAllocation", "RescheduleTracker",
-    "PreemptedAllocations", "PreemptedByAllocation", "CreateIndex", "ModifyIndex",
-    "CreateTime", "ModifyTime",
+    "ID",
+    "EvalID",
+    "Name",
+    "Namespace",
+    "NodeID",
+    "NodeName",
+    "JobID",
+    "JobType",
+    "JobVersion",
+    "TaskGroup",
+    "AllocatedResources",
+    "DesiredStatus",
+    "DesiredDescription",
+    "ClientStatus",
+    "ClientDescription",
+    "DesiredTransition",
+    "TaskStates",
+    "DeploymentStatus",
+    "FollowupEvalID",
+    "PreviousAllocation",
+    "NextAllocation",
+    "RescheduleTracker",
+    "PreemptedAllocations",
+    "PreemptedByAllocation",
+    "CreateIndex",
+    "ModifyIndex",
+    "CreateTime",
+    "ModifyTime",
 )
 
 
@@ -52,22 +83,38 @@ def alloc_full(t: Tables, alloc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-NODE_STUB = ("Address", "ID", "Attributes", "Datacenter", "Name", "NodeClass", "NodePool",
-             "Version", "Drain", "SchedulingEligibility", "Status", "StatusDescription",
-             "Drivers", "NodeResources", "ReservedResources", "LastDrain", "CreateIndex",
-             "ModifyIndex")
+NODE_STUB = (
+    "Address",
+    "ID",
+    "Attributes",
+    "Datacenter",
+    "Name",
+    "NodeClass",
+    "NodePool",
+    "Version",
+    "Drain",
+    "SchedulingEligibility",
+    "Status",
+    "StatusDescription",
+    "Drivers",
+    "NodeResources",
+    "ReservedResources",
+    "LastDrain",
+    "CreateIndex",
+    "ModifyIndex",
+)
 
 
-def node_stub(node: dict[str, Any], *, resources: bool = False, os: bool = False
-              ) -> dict[str, Any]:
+def node_stub(node: dict[str, Any], *, resources: bool = False, os: bool = False) -> dict[str, Any]:
     out = {k: node.get(k) for k in NODE_STUB}
     out["Address"] = (node.get("HTTPAddr") or "").split(":")[0]
     out["Version"] = (node.get("Attributes") or {}).get("nomad.version", "")
     if not resources:
         out.pop("NodeResources")
         out.pop("ReservedResources")
-    out["Attributes"] = ({"os.name": (node.get("Attributes") or {}).get("os.name", "")}
-                         if os else None)
+    out["Attributes"] = (
+        {"os.name": (node.get("Attributes") or {}).get("os.name", "")} if os else None
+    )
     return out
 
 

@@ -4,7 +4,6 @@ becomes a plain-text answer with Nomad's status code, never a 500 for bad input.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import structlog
 
@@ -24,8 +23,10 @@ INVALID_METHOD = "Invalid method"
 ROUTES: list[tuple[list[str], dict[str, Handler]]] = [
     (["jobs"], {"GET": jobs.list_jobs, "POST": jobs.register, "PUT": jobs.register}),
     (["jobs", "parse"], {"POST": jobs.parse, "PUT": jobs.parse, "GET": jobs.parse}),
-    (["job", ":id"], {"GET": jobs.read, "POST": jobs.register, "PUT": jobs.register,
-                      "DELETE": jobs.deregister}),
+    (
+        ["job", ":id"],
+        {"GET": jobs.read, "POST": jobs.register, "PUT": jobs.register, "DELETE": jobs.deregister},
+    ),
     (["job", ":id", "submission"], {"GET": jobs.submission}),
     (["job", ":id", "versions"], {"GET": jobs.versions}),
     (["job", ":id", "allocations"], {"GET": jobs.allocations}),
@@ -38,8 +39,10 @@ ROUTES: list[tuple[list[str], dict[str, Handler]]] = [
     (["nodes"], {"GET": cluster.list_nodes}),
     (["node", ":id"], {"GET": cluster.read_node}),
     (["node", ":id", "allocations"], {"GET": cluster.node_allocations}),
-    (["node", ":id", "eligibility"], {"POST": cluster.node_eligibility,
-                                      "PUT": cluster.node_eligibility}),
+    (
+        ["node", ":id", "eligibility"],
+        {"POST": cluster.node_eligibility, "PUT": cluster.node_eligibility},
+    ),
     (["allocations"], {"GET": cluster.list_allocations}),
     (["allocation", ":id"], {"GET": cluster.read_allocation}),
     (["evaluations"], {"GET": cluster.list_evaluations}),
@@ -48,23 +51,31 @@ ROUTES: list[tuple[list[str], dict[str, Handler]]] = [
     (["deployments"], {"GET": cluster.list_deployments}),
     (["deployment", ":id"], {"GET": cluster.read_deployment}),
     (["deployment", "allocations", ":id"], {"GET": cluster.deployment_allocations}),
-    (["deployment", "promote", ":id"], {"POST": cluster.promote_deployment,
-                                        "PUT": cluster.promote_deployment}),
-    (["deployment", "fail", ":id"], {"POST": cluster.fail_deployment,
-                                     "PUT": cluster.fail_deployment}),
+    (
+        ["deployment", "promote", ":id"],
+        {"POST": cluster.promote_deployment, "PUT": cluster.promote_deployment},
+    ),
+    (
+        ["deployment", "fail", ":id"],
+        {"POST": cluster.fail_deployment, "PUT": cluster.fail_deployment},
+    ),
     (["status", "leader"], {"GET": cluster.leader}),
     (["status", "peers"], {"GET": cluster.peers}),
     (["regions"], {"GET": cluster.regions}),
     (["agent", "self"], {"GET": cluster.agent_self}),
     (["acl", "bootstrap"], {"POST": acl.bootstrap, "PUT": acl.bootstrap}),
     (["acl", "policies"], {"GET": acl.list_policies}),
-    (["acl", "policy", ":id"], {"GET": acl.policy, "POST": acl.policy, "PUT": acl.policy,
-                                "DELETE": acl.policy}),
+    (
+        ["acl", "policy", ":id"],
+        {"GET": acl.policy, "POST": acl.policy, "PUT": acl.policy, "DELETE": acl.policy},
+    ),
     (["acl", "tokens"], {"GET": acl.list_tokens}),
     (["acl", "token"], {"POST": acl.create_token, "PUT": acl.create_token}),
     (["acl", "token", "self"], {"GET": acl.token_self}),
-    (["acl", "token", ":id"], {"GET": acl.token, "POST": acl.token, "PUT": acl.token,
-                               "DELETE": acl.token}),
+    (
+        ["acl", "token", ":id"],
+        {"GET": acl.token, "POST": acl.token, "PUT": acl.token, "DELETE": acl.token},
+    ),
 ]
 
 

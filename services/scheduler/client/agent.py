@@ -44,32 +44,66 @@ class NodeConfig:
 
 def build_node(cfg: NodeConfig, node_id: str, name: str) -> dict[str, Any]:
     drivers = {}
-    attrs = {"kernel.name": platform.system().lower(), "arch": platform.machine(),
-             "os.name": platform.system().lower(), "nomad.version": "1.8.0",
-             "unique.hostname": name, "cpu.numcores": str(os.cpu_count() or 1),
-             "memory.totalbytes": str(cfg.memory_mb * 1024 * 1024)}
+    attrs = {
+        "kernel.name": platform.system().lower(),
+        "arch": platform.machine(),
+        "os.name": platform.system().lower(),
+        "nomad.version": "1.8.0",
+        "unique.hostname": name,
+        "cpu.numcores": str(os.cpu_count() or 1),
+        "memory.totalbytes": str(cfg.memory_mb * 1024 * 1024),
+    }
     for d in cfg.drivers:
         for alias in (d, "mock_driver") if d == "mock" else (d,):
-            drivers[alias] = {"Detected": True, "Healthy": True,
-                              "HealthDescription": "Healthy", "Attributes": None}
+            drivers[alias] = {
+                "Detected": True,
+                "Healthy": True,
+                "HealthDescription": "Healthy",
+                "Attributes": None,
+            }
             attrs[f"driver.{alias}"] = "1"
     return {
-        "ID": node_id, "SecretID": str(uuid.uuid4()), "Name": name,
-        "Datacenter": cfg.datacenter, "NodeClass": cfg.node_class, "NodePool": cfg.node_pool,
-        "Status": "ready", "StatusDescription": "", "SchedulingEligibility": "eligible",
-        "Drain": False, "Drivers": drivers, "Attributes": attrs, "Meta": dict(cfg.meta),
-        "NodeResources": {"Cpu": {"CpuShares": cfg.cpu}, "Memory": {"MemoryMB": cfg.memory_mb},
-                          "Disk": {"DiskMB": cfg.disk_mb}, "Networks": None},
-        "ReservedResources": {"Cpu": {"CpuShares": 100}, "Memory": {"MemoryMB": 256},
-                              "Disk": {"DiskMB": 0}},
-        "HTTPAddr": "127.0.0.1:4646", "TLSEnabled": False, "Events": None,
-        "HostVolumes": None, "LastDrain": None,
+        "ID": node_id,
+        "SecretID": str(uuid.uuid4()),
+        "Name": name,
+        "Datacenter": cfg.datacenter,
+        "NodeClass": cfg.node_class,
+        "NodePool": cfg.node_pool,
+        "Status": "ready",
+        "StatusDescription": "",
+        "SchedulingEligibility": "eligible",
+        "Drain": False,
+        "Drivers": drivers,
+        "Attributes": attrs,
+        "Meta": dict(cfg.meta),
+        "NodeResources": {
+            "Cpu": {"CpuShares": cfg.cpu},
+            "Memory": {"MemoryMB": cfg.memory_mb},
+            "Disk": {"DiskMB": cfg.disk_mb},
+            "Networks": None,
+        },
+        "ReservedResources": {
+            "Cpu": {"CpuShares": 100},
+            "Memory": {"MemoryMB": 256},
+            "Disk": {"DiskMB": 0},
+        },
+        "HTTPAddr": "127.0.0.1:4646",
+        "TLSEnabled": False,
+        "Events": None,
+        "HostVolumes": None,
+        "LastDrain": None,
     }
 
 
 class ClientAgent:
-    def __init__(self, bus: Bus, settings: Settings, node_config: NodeConfig | None = None,
-                 *, simulate: int = 0) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        settings: Settings,
+        node_config: NodeConfig | None = None,
+        *,
+        simulate: int = 0,
+    ) -> None:
         self.bus = bus
         self.cluster = settings.cluster_name
         self.cfg = node_config or NodeConfig()
@@ -95,6 +129,7 @@ class ClientAgent:
         self._pending: dict[str, dict[str, Any]] = {}
         self._flush = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._stops: set[asyncio.Task[None]] = set()
         self.ready = False
 
     @property
@@ -106,17 +141,24 @@ class ClientAgent:
 
     async def start(self) -> None:
         await self.register()
-        self._tasks = [asyncio.create_task(self._heartbeat_loop()),
-                       asyncio.create_task(self._poll_loop()),
-                       asyncio.create_task(self._flush_loop())]
+        self._tasks = [
+            asyncio.create_task(self._heartbeat_loop()),
+            asyncio.create_task(self._poll_loop()),
+            asyncio.create_task(self._flush_loop()),
+        ]
         self.ready = True
 
     async def register(self) -> None:
         nodes = list(self.nodes.values())
         for i in range(0, len(nodes), 200):
-            reply = await self._retry(lambda chunk=nodes[i : i + 200]: self.bus.request(
-                self._subject(wire.NODE_REGISTER), wire.NodeRegister(nodes=chunk),
-                wire.NodeRegistered, timeout=15.0))
+            reply = await self._retry(
+                lambda chunk=nodes[i : i + 200]: self.bus.request(
+                    self._subject(wire.NODE_REGISTER),
+                    wire.NodeRegister(nodes=chunk),
+                    wire.NodeRegistered,
+                    timeout=15.0,
+                )
+            )
             self.heartbeat_ttl = reply.heartbeat_ttl
 
     async def _retry(self, call: Any) -> Any:
@@ -136,8 +178,10 @@ class ClientAgent:
             if self.heartbeating:
                 for i in range(0, len(ids), 2000):
                     with contextlib.suppress(Exception):
-                        await self.bus.publish(self._subject(wire.HEARTBEAT),
-                                               wire.Heartbeat(node_ids=ids[i : i + 2000]))
+                        await self.bus.publish(
+                            self._subject(wire.HEARTBEAT),
+                            wire.Heartbeat(node_ids=ids[i : i + 2000]),
+                        )
             await asyncio.sleep(max(self.heartbeat_ttl / 4, 0.05))
 
     async def _poll_loop(self) -> None:
@@ -146,7 +190,9 @@ class ClientAgent:
                 reply = await self.bus.request(
                     self._subject(wire.NODE_ALLOCS),
                     wire.NodeAllocs(node_ids=self.node_ids, index=self.index, wait=10.0),
-                    wire.NodeAllocsReply, timeout=20.0)
+                    wire.NodeAllocsReply,
+                    timeout=20.0,
+                )
             except ServiceError as exc:
                 log.debug("alloc poll failed", error=exc.message)
                 await asyncio.sleep(0.2)
@@ -161,16 +207,26 @@ class ClientAgent:
         if runner is None:
             if stop or alloc["ClientStatus"] in ("complete", "failed"):
                 return
-            gkey = f"{alloc['Namespace']}\x00{alloc['JobID']}\x00{alloc['JobVersion']}" \
-                   f"\x00{alloc['TaskGroup']}"
+            gkey = (
+                f"{alloc['Namespace']}\x00{alloc['JobID']}\x00{alloc['JobVersion']}"
+                f"\x00{alloc['TaskGroup']}"
+            )
             info = groups.get(gkey) or {}
-            runner = AllocRunner(alloc, info.get("Group") or {}, info.get("JobType", ""),
-                                 self.nodes.get(alloc["NodeID"], {}), self.drivers,
-                                 self.data_dir, self._queue_update)
+            runner = AllocRunner(
+                alloc,
+                info.get("Group") or {},
+                info.get("JobType", ""),
+                self.nodes.get(alloc["NodeID"], {}),
+                self.drivers,
+                self.data_dir,
+                self._queue_update,
+            )
             self.runners[alloc["ID"]] = runner
             runner.start()
         elif stop:
-            asyncio.create_task(runner.stop())
+            task = asyncio.create_task(runner.stop())
+            self._stops.add(task)
+            task.add_done_callback(self._stops.discard)
         else:
             runner.alloc = {**runner.alloc, **alloc}
 
@@ -195,8 +251,12 @@ class ClientAgent:
         for i in range(0, len(items), UPDATE_BATCH):
             chunk = items[i : i + UPDATE_BATCH]
             try:
-                await self.bus.request(self._subject(wire.ALLOC_UPDATE),
-                                       wire.AllocUpdate(updates=chunk), wire.Ok, timeout=15.0)
+                await self.bus.request(
+                    self._subject(wire.ALLOC_UPDATE),
+                    wire.AllocUpdate(updates=chunk),
+                    wire.Ok,
+                    timeout=15.0,
+                )
             except ServiceError as exc:
                 log.warning("alloc update failed; will retry", error=exc.message)
                 for u in chunk:
@@ -218,8 +278,7 @@ class ClientAgent:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         if kill_tasks:
-            await asyncio.gather(*(r.stop() for r in self.runners.values()),
-                                 return_exceptions=True)
+            await asyncio.gather(*(r.stop() for r in self.runners.values()), return_exceptions=True)
         if report:
             with contextlib.suppress(Exception):
                 await self.flush()
@@ -227,13 +286,25 @@ class ClientAgent:
             self._pending.clear()
 
 
-async def run_client(bus: Bus, settings: Settings, *, datacenter: str = "dc1",
-                     simulate: int = 0, node_pool: str = "default", name: str = "",
-                     drivers: tuple[str, ...] = ("raw_exec", "mock"),
-                     data_dir: str = "") -> ClientAgent:
+async def run_client(
+    bus: Bus,
+    settings: Settings,
+    *,
+    datacenter: str = "dc1",
+    simulate: int = 0,
+    node_pool: str = "default",
+    name: str = "",
+    drivers: tuple[str, ...] = ("raw_exec", "mock"),
+    data_dir: str = "",
+) -> ClientAgent:
     """Start a client agent (`simulate` > 0: that many mock-driver nodes in this process)."""
-    cfg = NodeConfig(name=name, datacenter=datacenter, node_pool=node_pool,
-                     drivers=drivers if not simulate else ("mock",), data_dir=data_dir)
+    cfg = NodeConfig(
+        name=name,
+        datacenter=datacenter,
+        node_pool=node_pool,
+        drivers=drivers if not simulate else ("mock",),
+        data_dir=data_dir,
+    )
     agent = ClientAgent(bus, settings, cfg, simulate=simulate)
     await agent.start()
     return agent

@@ -21,6 +21,7 @@ _VAR = re.compile(r"\$\{([^}]+)\}")
 def interpolate(value: Any, env: dict[str, str], node: dict[str, Any]) -> Any:
     """Runtime interpolation the job parser left for the client: NOMAD_*, env, node, attr."""
     if isinstance(value, str):
+
         def sub(m: re.Match[str]) -> str:
             key = m.group(1).strip()
             if key in env:
@@ -48,9 +49,16 @@ def interpolate(value: Any, env: dict[str, str], node: dict[str, Any]) -> Any:
 
 
 class AllocRunner:
-    def __init__(self, alloc: dict[str, Any], group: dict[str, Any], job_type: str,
-                 node: dict[str, Any], drivers: dict[str, Driver], data_dir: str,
-                 on_update: Callable[[str, dict[str, Any]], None]) -> None:
+    def __init__(
+        self,
+        alloc: dict[str, Any],
+        group: dict[str, Any],
+        job_type: str,
+        node: dict[str, Any],
+        drivers: dict[str, Driver],
+        data_dir: str,
+        on_update: Callable[[str, dict[str, Any]], None],
+    ) -> None:
         self.alloc = alloc
         self.group = group
         self.node = node
@@ -67,22 +75,34 @@ class AllocRunner:
         for task in group.get("Tasks") or []:
             task_dir = os.path.join(self.alloc_dir, task["Name"])
             env = {
-                "NOMAD_ALLOC_ID": alloc["ID"], "NOMAD_ALLOC_NAME": name,
-                "NOMAD_ALLOC_INDEX": idx, "NOMAD_JOB_ID": alloc["JobID"],
-                "NOMAD_JOB_NAME": alloc["JobID"], "NOMAD_GROUP_NAME": alloc["TaskGroup"],
-                "NOMAD_TASK_NAME": task["Name"], "NOMAD_NAMESPACE": alloc["Namespace"],
-                "NOMAD_DC": node.get("Datacenter", ""), "NOMAD_REGION": "global",
+                "NOMAD_ALLOC_ID": alloc["ID"],
+                "NOMAD_ALLOC_NAME": name,
+                "NOMAD_ALLOC_INDEX": idx,
+                "NOMAD_JOB_ID": alloc["JobID"],
+                "NOMAD_JOB_NAME": alloc["JobID"],
+                "NOMAD_GROUP_NAME": alloc["TaskGroup"],
+                "NOMAD_TASK_NAME": task["Name"],
+                "NOMAD_NAMESPACE": alloc["Namespace"],
+                "NOMAD_DC": node.get("Datacenter", ""),
+                "NOMAD_REGION": "global",
                 "NOMAD_ALLOC_DIR": os.path.join(self.alloc_dir, "alloc"),
                 "NOMAD_TASK_DIR": os.path.join(task_dir, "local"),
                 "NOMAD_CPU_LIMIT": str((task.get("Resources") or {}).get("CPU", 0)),
                 "NOMAD_MEMORY_LIMIT": str((task.get("Resources") or {}).get("MemoryMB", 0)),
             }
-            env.update({k: str(interpolate(v, env, node)) for k, v in
-                        (task.get("Env") or {}).items()})
+            env.update(
+                {k: str(interpolate(v, env, node)) for k, v in (task.get("Env") or {}).items()}
+            )
             config = interpolate(task.get("Config") or {}, env, node)
             self.tasks[task["Name"]] = TaskRunner(
-                task, drivers.get(task.get("Driver", "")), batch=self.batch, config=config,
-                env=env, task_dir=task_dir, on_change=self._changed)
+                task,
+                drivers.get(task.get("Driver", "")),
+                batch=self.batch,
+                config=config,
+                env=env,
+                task_dir=task_dir,
+                on_change=self._changed,
+            )
 
     def start(self) -> None:
         for tr in self.tasks.values():
@@ -98,21 +118,25 @@ class AllocRunner:
         if all(s["State"] == "dead" for s in states):
             return "failed" if any(s["Failed"] for s in states) else "complete"
         if any(s["State"] == "pending" for s in states) and not any(
-                s["State"] == "running" for s in states):
+            s["State"] == "running" for s in states
+        ):
             return "pending"
         return "running"
 
     def _changed(self) -> None:
         status = self.client_status()
         update: dict[str, Any] = {
-            "ID": self.alloc["ID"], "ClientStatus": status,
+            "ID": self.alloc["ID"],
+            "ClientStatus": status,
             "ClientDescription": _describe(status),
             "TaskStates": {name: dict(tr.state) for name, tr in self.tasks.items()},
         }
         if self.health is not None:
-            update["DeploymentStatus"] = {"Healthy": self.health, "Timestamp": rfc3339(),
-                                          "Canary": bool((self.alloc.get("DeploymentStatus")
-                                                          or {}).get("Canary"))}
+            update["DeploymentStatus"] = {
+                "Healthy": self.health,
+                "Timestamp": rfc3339(),
+                "Canary": bool((self.alloc.get("DeploymentStatus") or {}).get("Canary")),
+            }
         self._last_status = status
         self.on_update(self.alloc["ID"], update)
 
@@ -144,8 +168,7 @@ class AllocRunner:
         if self.stopping:
             return
         self.stopping = True
-        await asyncio.gather(*(tr.kill() for tr in self.tasks.values()),
-                             return_exceptions=True)
+        await asyncio.gather(*(tr.kill() for tr in self.tasks.values()), return_exceptions=True)
         if self._health_task is not None:
             self._health_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -154,5 +177,9 @@ class AllocRunner:
 
 
 def _describe(status: str) -> str:
-    return {"pending": "No tasks have started", "running": "Tasks are running",
-            "complete": "All tasks have completed", "failed": "Failed tasks"}.get(status, "")
+    return {
+        "pending": "No tasks have started",
+        "running": "Tasks are running",
+        "complete": "All tasks have completed",
+        "failed": "Failed tasks",
+    }.get(status, "")

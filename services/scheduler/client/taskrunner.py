@@ -16,9 +16,17 @@ MAX_EVENTS = 10  # Nomad keeps the last 10 events per task
 
 
 class TaskRunner:
-    def __init__(self, task: dict[str, Any], driver: Driver | None, *, batch: bool,
-                 config: dict[str, Any], env: dict[str, str], task_dir: str,
-                 on_change: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        task: dict[str, Any],
+        driver: Driver | None,
+        *,
+        batch: bool,
+        config: dict[str, Any],
+        env: dict[str, str],
+        task_dir: str,
+        on_change: Callable[[], None],
+    ) -> None:
         self.task = task
         self.driver = driver
         self.batch = batch
@@ -68,13 +76,18 @@ class TaskRunner:
 
     async def _attempt(self) -> ExitResult | None:
         if self.driver is None:
-            self.emit(ev.event("Driver Failure", "missing drivers", driver_error="missing "
-                               "drivers", fails_task=True))
+            self.emit(
+                ev.event(
+                    "Driver Failure",
+                    "missing drivers",
+                    driver_error="missing drivers",
+                    fails_task=True,
+                )
+            )
             self.state["Failed"] = True
             return None
         try:
-            self.handle = await self.driver.start(self.task, self.config, self.env,
-                                                  self.task_dir)
+            self.handle = await self.driver.start(self.task, self.config, self.env, self.task_dir)
         except DriverError as exc:
             self.emit(ev.event("Driver Failure", str(exc), driver_error=str(exc)))
             return ExitResult(exit_code=1, err=str(exc))
@@ -94,8 +107,7 @@ class TaskRunner:
         delay = int(policy.get("Delay") or 0)
         mode = policy.get("Mode") or "fail"
         now = time.monotonic()
-        self._restart_times = [t for t in self._restart_times if not interval or
-                               now - t < interval]
+        self._restart_times = [t for t in self._restart_times if not interval or now - t < interval]
         if len(self._restart_times) >= attempts:
             if mode == "delay" and interval:
                 self._restart_times = []
@@ -119,8 +131,13 @@ class TaskRunner:
             return
         self._kill.set()
         timeout = int(self.task.get("KillTimeout") or 5_000_000_000) / 1e9
-        self.emit(ev.event("Killing", f"Sent interrupt. Waiting {timeout:g}s before force "
-                           "killing", kill_timeout=int(timeout * 1e9)))
+        self.emit(
+            ev.event(
+                "Killing",
+                f"Sent interrupt. Waiting {timeout:g}s before force killing",
+                kill_timeout=int(timeout * 1e9),
+            )
+        )
         if self.handle is not None:
             await self.handle.kill(self.task.get("KillSignal") or "SIGTERM", timeout)
         if self._task is not None:

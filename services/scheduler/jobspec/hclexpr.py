@@ -517,7 +517,8 @@ class Evaluator:
                 return base[int(key)]
             except (ValueError, IndexError):
                 raise HclError(
-                    "Invalid index; The given key does not identify an element in this collection value."
+                    "Invalid index; The given key does not identify an element in this "
+                    "collection value."
                 ) from None
         raise HclError("Unsupported attribute; Can't access attributes on a primitive-typed value.")
 
@@ -629,7 +630,8 @@ def _to_string(v: Any) -> str:
         raise HclError("Invalid template interpolation value; The expression result is null.")
     if isinstance(v, list | dict):
         raise HclError(
-            "Invalid template interpolation value; Cannot include the given value in a string template: string required."
+            "Invalid template interpolation value; Cannot include the given value in a "
+            "string template: string required."
         )
     return str(v)
 

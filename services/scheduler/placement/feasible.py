@@ -70,15 +70,15 @@ def resolve_target(target: str, node: Node) -> tuple[Any, bool]:
     return None, False
 
 
-def _order(op: str, l: Any, r: Any) -> bool:
+def _order(op: str, lhs: Any, rhs: Any) -> bool:
     for conv in (int, float):
         try:
-            a, b = conv(l), conv(r)
+            a, b = conv(lhs), conv(rhs)
             break
         except (TypeError, ValueError):
             continue
     else:
-        a, b = str(l), str(r)
+        a, b = str(lhs), str(rhs)
     return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
 
 
@@ -86,7 +86,7 @@ def _set(v: Any) -> set[str]:
     return {p.strip() for p in str(v).split(",") if p.strip()}
 
 
-def check_constraint(operand: str, l: Any, r: Any, lfound: bool, rfound: bool) -> bool:
+def check_constraint(operand: str, lhs: Any, rhs: Any, lfound: bool, rfound: bool) -> bool:
     if operand in ("distinct_hosts", "distinct_property"):
         return True  # enforced while ranking, with the proposed allocations
     if operand == "is_set":
@@ -94,33 +94,33 @@ def check_constraint(operand: str, l: Any, r: Any, lfound: bool, rfound: bool) -
     if operand == "is_not_set":
         return not lfound
     if operand in ("!=", "not"):
-        return not (lfound and rfound and l == r)
+        return not (lfound and rfound and lhs == rhs)
     if not (lfound and rfound):
         return False
     if operand in ("=", "==", "is"):
-        return str(l) == str(r)
+        return str(lhs) == str(rhs)
     if operand in ("<", "<=", ">", ">="):
-        return _order(operand, l, r)
+        return _order(operand, lhs, rhs)
     if operand == "version":
-        return check_version(str(l), str(r))
+        return check_version(str(lhs), str(rhs))
     if operand == "semver":
-        return check_version(str(l), str(r), strict=True)
+        return check_version(str(lhs), str(rhs), strict=True)
     if operand == "regexp":
         try:
-            return re.search(str(r), str(l)) is not None
+            return re.search(str(rhs), str(lhs)) is not None
         except re.error:
             return False
     if operand in ("set_contains", "set_contains_all"):
-        return _set(r) <= _set(l)
+        return _set(rhs) <= _set(lhs)
     if operand == "set_contains_any":
-        return bool(_set(r) & _set(l))
+        return bool(_set(rhs) & _set(lhs))
     return False
 
 
 def meets(node: Node, constraint: dict[str, Any]) -> bool:
-    l, lf = resolve_target(constraint.get("LTarget") or "", node)
-    r, rf = resolve_target(constraint.get("RTarget") or "", node)
-    return check_constraint(constraint.get("Operand") or "=", l, r, lf, rf)
+    lhs, lf = resolve_target(constraint.get("LTarget") or "", node)
+    rhs, rf = resolve_target(constraint.get("RTarget") or "", node)
+    return check_constraint(constraint.get("Operand") or "=", lhs, rhs, lf, rf)
 
 
 def has_driver(node: Node, driver: str) -> bool:

@@ -89,6 +89,9 @@ class Placer:
         self.candidates = candidate_nodes(nodes, job)
         self.rng.shuffle(self.candidates)
         self.capacity = {n["ID"]: node_capacity(n) for n in self.candidates}
+        self.available: dict[str, int] = defaultdict(int)
+        for n in self.candidates:
+            self.available[n.get("Datacenter", "")] += 1
         self.used: dict[str, Res] = defaultdict(Res)
         # (node, group) -> allocs of this job there, for anti-affinity and distinct_hosts
         self.collisions: dict[tuple[str, str], int] = defaultdict(int)

@@ -25,9 +25,20 @@ RESCHEDULED = "alloc was rescheduled because it failed"
 _INDEX = re.compile(r"\[(\d+)\]$")
 
 # Group fields whose change does not need new allocations (Nomad updates those in place).
-_INPLACE_OK = {"Count", "Update", "Meta", "Spreads", "Affinities", "Constraints",
-               "ReschedulePolicy", "Migrate", "Scaling", "StopAfterClientDisconnect",
-               "MaxClientDisconnect", "ShutdownDelay"}
+_INPLACE_OK = {
+    "Count",
+    "Update",
+    "Meta",
+    "Spreads",
+    "Affinities",
+    "Constraints",
+    "ReschedulePolicy",
+    "Migrate",
+    "Scaling",
+    "StopAfterClientDisconnect",
+    "MaxClientDisconnect",
+    "ShutdownDelay",
+}
 
 
 def name_index(name: str) -> int:
@@ -50,8 +61,15 @@ def _group_of(job: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
 
 
 class GenericScheduler:
-    def __init__(self, state: Tables, ev: dict[str, Any], *, now: int,
-                 new_id: Callable[[], str], rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        state: Tables,
+        ev: dict[str, Any],
+        *,
+        now: int,
+        new_id: Callable[[], str],
+        rng: random.Random | None = None,
+    ) -> None:
         self.s = state
         self.ev = ev
         self.now = now
@@ -71,8 +89,9 @@ class GenericScheduler:
                     plan.stop.append({"ID": a["ID"], "DesiredDescription": NOT_NEEDED})
             return plan
         assert job is not None
-        placer = Placer(list(self.s.nodes.values()), list(self.s.allocs.values()), job,
-                        rng=self.rng)
+        placer = Placer(
+            list(self.s.nodes.values()), list(self.s.allocs.values()), job, rng=self.rng
+        )
         dep = self._deployment(job)
         done = 0
         for tg in job.get("TaskGroups") or []:
@@ -80,8 +99,11 @@ class GenericScheduler:
             done = await self._group(plan, placer, job, tg, mine, dep, done)
         gone = {g["Name"] for g in job.get("TaskGroups") or []}
         for a in allocs:
-            if a["TaskGroup"] not in gone and a["DesiredStatus"] == "run" and not \
-                    client_terminal(a):
+            if (
+                a["TaskGroup"] not in gone
+                and a["DesiredStatus"] == "run"
+                and not client_terminal(a)
+            ):
                 plan.stop.append({"ID": a["ID"], "DesiredDescription": NOT_NEEDED})
         if dep is not None and dep.get("_new"):
             dep.pop("_new")
@@ -96,23 +118,34 @@ class GenericScheduler:
         """The running deployment for this job version, or a new one to create."""
         if job["Type"] != "service":
             return None
-        groups = {tg["Name"]: tg for tg in job.get("TaskGroups") or []
-                  if (tg.get("Update") or {}).get("MaxParallel", 0) > 0}
+        groups = {
+            tg["Name"]: tg
+            for tg in job.get("TaskGroups") or []
+            if (tg.get("Update") or {}).get("MaxParallel", 0) > 0
+        }
         if not groups:
             return None
         latest = self.s.latest_deployment(job["Namespace"], job["ID"])
-        if latest is not None and latest["JobVersion"] == job["Version"] and latest[
-            "JobCreateIndex"
-        ] == job["CreateIndex"]:
+        if (
+            latest is not None
+            and latest["JobVersion"] == job["Version"]
+            and latest["JobCreateIndex"] == job["CreateIndex"]
+        ):
             return latest if latest["Status"] in ("running", "paused") else None
         allocs = self.s.job_allocs(job["Namespace"], job["ID"])
         live = [a for a in allocs if a["DesiredStatus"] == "run" and not client_terminal(a)]
         old = [a for a in live if a["JobVersion"] != job["Version"]]
         first_run = not live
         needs = first_run or any(
-            destructive(_group_of(self.s.job_version(job["Namespace"], job["ID"],
-                                                     a["JobVersion"]), a["TaskGroup"]),
-                        groups.get(a["TaskGroup"], {})) for a in old if a["TaskGroup"] in groups)
+            destructive(
+                _group_of(
+                    self.s.job_version(job["Namespace"], job["ID"], a["JobVersion"]), a["TaskGroup"]
+                ),
+                groups.get(a["TaskGroup"], {}),
+            )
+            for a in old
+            if a["TaskGroup"] in groups
+        )
         if not needs:
             return None
         dep_groups = {}
@@ -120,28 +153,52 @@ class GenericScheduler:
             u = tg["Update"]
             canary = int(u.get("Canary") or 0) if old else 0
             dep_groups[name] = {
-                "AutoRevert": bool(u.get("AutoRevert")), "AutoPromote": bool(u.get(
-                    "AutoPromote")), "ProgressDeadline": int(u.get("ProgressDeadline") or 0),
-                "Promoted": False, "PlacedCanaries": None, "DesiredCanaries": canary,
-                "DesiredTotal": int(tg.get("Count") or 0), "PlacedAllocs": 0,
-                "HealthyAllocs": 0, "UnhealthyAllocs": 0, "RequireProgressBy": None,
+                "AutoRevert": bool(u.get("AutoRevert")),
+                "AutoPromote": bool(u.get("AutoPromote")),
+                "ProgressDeadline": int(u.get("ProgressDeadline") or 0),
+                "Promoted": False,
+                "PlacedCanaries": None,
+                "DesiredCanaries": canary,
+                "DesiredTotal": int(tg.get("Count") or 0),
+                "PlacedAllocs": 0,
+                "HealthyAllocs": 0,
+                "UnhealthyAllocs": 0,
+                "RequireProgressBy": None,
             }
         return {
-            "ID": self.new_id(), "Namespace": job["Namespace"], "JobID": job["ID"],
-            "JobVersion": job["Version"], "JobModifyIndex": job["JobModifyIndex"],
-            "JobSpecModifyIndex": job["JobModifyIndex"], "JobCreateIndex": job["CreateIndex"],
-            "IsMultiregion": False, "TaskGroups": dep_groups, "Status": "running",
-            "StatusDescription": "Deployment is running" if not any(
-                g["DesiredCanaries"] for g in dep_groups.values()) else
-            "Deployment is running pending automatic promotion",
-            "EvalPriority": self.ev.get("Priority", 50), "CreateIndex": 0, "ModifyIndex": 0,
+            "ID": self.new_id(),
+            "Namespace": job["Namespace"],
+            "JobID": job["ID"],
+            "JobVersion": job["Version"],
+            "JobModifyIndex": job["JobModifyIndex"],
+            "JobSpecModifyIndex": job["JobModifyIndex"],
+            "JobCreateIndex": job["CreateIndex"],
+            "IsMultiregion": False,
+            "TaskGroups": dep_groups,
+            "Status": "running",
+            "StatusDescription": "Deployment is running"
+            if not any(g["DesiredCanaries"] for g in dep_groups.values())
+            else "Deployment is running pending automatic promotion",
+            "EvalPriority": self.ev.get("Priority", 50),
+            "CreateIndex": 0,
+            "ModifyIndex": 0,
             "_new": True,
         }
 
-    async def _place(self, plan: Plan, placer: Placer, job: dict[str, Any],
-                     tg: dict[str, Any], name: str, done: int, *, prev: dict[str, Any] | None
-                     = None, tracker: dict[str, Any] | None = None,
-                     dep: dict[str, Any] | None = None, canary: bool = False) -> int:
+    async def _place(
+        self,
+        plan: Plan,
+        placer: Placer,
+        job: dict[str, Any],
+        tg: dict[str, Any],
+        name: str,
+        done: int,
+        *,
+        prev: dict[str, Any] | None = None,
+        tracker: dict[str, Any] | None = None,
+        dep: dict[str, Any] | None = None,
+        canary: bool = False,
+    ) -> int:
         if done and done % CHUNK == 0:
             await asyncio.sleep(0)
         penalty = {prev["NodeID"]} if prev is not None and tracker is not None else None
@@ -158,14 +215,25 @@ class GenericScheduler:
         if dep is not None and tg["Name"] in dep["TaskGroups"]:
             a["DeploymentID"] = dep["ID"]
             if canary:
-                a["DeploymentStatus"] = {"Healthy": None, "Timestamp": None, "Canary": True,
-                                         "ModifyIndex": 0}
+                a["DeploymentStatus"] = {
+                    "Healthy": None,
+                    "Timestamp": None,
+                    "Canary": True,
+                    "ModifyIndex": 0,
+                }
         plan.place.append(a)
         return done + 1
 
-    async def _group(self, plan: Plan, placer: Placer, job: dict[str, Any],
-                     tg: dict[str, Any], allocs: list[dict[str, Any]],
-                     dep: dict[str, Any] | None, done: int) -> int:
+    async def _group(
+        self,
+        plan: Plan,
+        placer: Placer,
+        job: dict[str, Any],
+        tg: dict[str, Any],
+        allocs: list[dict[str, Any]],
+        dep: dict[str, Any] | None,
+        done: int,
+    ) -> int:
         name_of = f"{job['ID']}.{tg['Name']}"
         count = int(tg.get("Count") or 0)
         plan.queued.setdefault(tg["Name"], 0)
@@ -183,8 +251,9 @@ class GenericScheduler:
             status = a["ClientStatus"]
             if status in ("pending", "running", "unknown"):
                 if node is None or node.get("Status") == "down":
-                    plan.stop.append({"ID": a["ID"], "DesiredDescription": LOST,
-                                      "ClientStatus": "lost"})
+                    plan.stop.append(
+                        {"ID": a["ID"], "DesiredDescription": LOST, "ClientStatus": "lost"}
+                    )
                     delay = 0
                     replacements.append((a, tracker_with(a, self.now, delay)))
                 else:
@@ -208,10 +277,18 @@ class GenericScheduler:
                 else:
                     occupied.add(name_index(a["Name"]))
         # Replacements keep their predecessor's name.
-        promoted = dep is None or not dep["TaskGroups"].get(tg["Name"], {}).get(
-            "DesiredCanaries") or dep["TaskGroups"][tg["Name"]]["Promoted"]
-        canaries = [a for a in untainted if (a.get("DeploymentStatus") or {}).get("Canary")
-                    and dep is not None and a.get("DeploymentID") == dep["ID"]]
+        promoted = (
+            dep is None
+            or not dep["TaskGroups"].get(tg["Name"], {}).get("DesiredCanaries")
+            or dep["TaskGroups"][tg["Name"]]["Promoted"]
+        )
+        canaries = [
+            a
+            for a in untainted
+            if (a.get("DeploymentStatus") or {}).get("Canary")
+            and dep is not None
+            and a.get("DeploymentID") == dep["ID"]
+        ]
         counted = [a for a in untainted if promoted or a not in canaries]
         current = [a for a in counted if a["JobVersion"] == job["Version"]]
         outdated = [a for a in counted if a["JobVersion"] != job["Version"]]
@@ -225,8 +302,9 @@ class GenericScheduler:
         # Too many: stop the highest names, outdated ones first.
         excess = len(keep) + len(occupied) + len(replacements) - count
         if excess > 0:
-            order = sorted(keep, key=lambda a: (a in current or a in inplace,
-                                                -name_index(a["Name"])))
+            order = sorted(
+                keep, key=lambda a: (a in current or a in inplace, -name_index(a["Name"]))
+            )
             for a in order[:excess]:
                 plan.stop.append({"ID": a["ID"], "DesiredDescription": NOT_NEEDED})
                 placer.release(a)
@@ -236,10 +314,14 @@ class GenericScheduler:
             surplus = excess - len(order[:excess])
             replacements = replacements[: max(0, len(replacements) - surplus)]
         for prev, tracker in replacements:
-            done = await self._place(plan, placer, job, tg, prev["Name"], done, prev=prev,
-                                     tracker=tracker, dep=dep)
-        used = occupied | {name_index(a["Name"]) for a in keep} | {
-            name_index(p["Name"]) for p, _ in replacements}
+            done = await self._place(
+                plan, placer, job, tg, prev["Name"], done, prev=prev, tracker=tracker, dep=dep
+            )
+        used = (
+            occupied
+            | {name_index(a["Name"]) for a in keep}
+            | {name_index(p["Name"]) for p, _ in replacements}
+        )
         missing = count - len(keep) - len(occupied) - len(replacements)
         idx = 0
         while missing > 0:
@@ -250,20 +332,28 @@ class GenericScheduler:
             missing -= 1
         # Canaries first, then destructive updates at MaxParallel when under a deployment.
         dstate = dep["TaskGroups"].get(tg["Name"]) if dep is not None else None
-        if destruct and dstate is not None and dstate.get("DesiredCanaries") and not dstate[
-            "Promoted"
-        ]:
+        if (
+            destruct
+            and dstate is not None
+            and dstate.get("DesiredCanaries")
+            and not dstate["Promoted"]
+        ):
             want = dstate["DesiredCanaries"] - len(canaries)
             for a in destruct[: max(0, want)]:
-                done = await self._place(plan, placer, job, tg, a["Name"], done, dep=dep,
-                                         canary=True)
+                done = await self._place(
+                    plan, placer, job, tg, a["Name"], done, dep=dep, canary=True
+                )
             return done
         limit = len(destruct)
         if dstate is not None:
             parallel = int((tg.get("Update") or {}).get("MaxParallel") or 1)
-            unhealthy = sum(1 for a in untainted if a.get("DeploymentID") == dep["ID"]
-                            and (a.get("DeploymentStatus") or {}).get("Healthy") is None
-                            and not (a.get("DeploymentStatus") or {}).get("Canary"))
+            unhealthy = sum(
+                1
+                for a in untainted
+                if a.get("DeploymentID") == dep["ID"]
+                and (a.get("DeploymentStatus") or {}).get("Healthy") is None
+                and not (a.get("DeploymentStatus") or {}).get("Canary")
+            )
             pending_new = sum(1 for a in plan.place if a["TaskGroup"] == tg["Name"])
             limit = max(0, parallel - unhealthy - pending_new)
         for a in sorted(destruct, key=lambda a: name_index(a["Name"]))[:limit]:
@@ -272,8 +362,9 @@ class GenericScheduler:
             done = await self._place(plan, placer, job, tg, a["Name"], done, prev=a, dep=dep)
         return done
 
-    def _followup(self, plan: Plan, job: dict[str, Any], alloc: dict[str, Any],
-                  ready_at: int) -> None:
+    def _followup(
+        self, plan: Plan, job: dict[str, Any], alloc: dict[str, Any], ready_at: int
+    ) -> None:
         existing = alloc.get("FollowupEvalID")
         if existing and self.s.evals.get(existing, {}).get("Status") == "pending":
             return

@@ -23,8 +23,7 @@ def next_delay(policy: dict[str, Any], tracker: dict[str, Any] | None) -> int:
     return delay
 
 
-def may_reschedule(policy: dict[str, Any] | None, tracker: dict[str, Any] | None,
-                   now: int) -> bool:
+def may_reschedule(policy: dict[str, Any] | None, tracker: dict[str, Any] | None, now: int) -> bool:
     if not policy:
         return False
     if policy.get("Unlimited"):
@@ -40,6 +39,12 @@ def may_reschedule(policy: dict[str, Any] | None, tracker: dict[str, Any] | None
 
 def tracker_with(alloc: dict[str, Any], now: int, delay: int) -> dict[str, Any]:
     events = list((alloc.get("RescheduleTracker") or {}).get("Events") or [])
-    events.append({"PrevAllocID": alloc["ID"], "PrevNodeID": alloc["NodeID"],
-                   "RescheduleTime": now, "Delay": delay})
+    events.append(
+        {
+            "PrevAllocID": alloc["ID"],
+            "PrevNodeID": alloc["NodeID"],
+            "RescheduleTime": now,
+            "Delay": delay,
+        }
+    )
     return {"Events": events}

@@ -17,8 +17,15 @@ CHUNK = 256
 
 
 class SystemScheduler:
-    def __init__(self, state: Tables, ev: dict[str, Any], *, now: int,
-                 new_id: Callable[[], str], rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        state: Tables,
+        ev: dict[str, Any],
+        *,
+        now: int,
+        new_id: Callable[[], str],
+        rng: random.Random | None = None,
+    ) -> None:
         self.s = state
         self.ev = ev
         self.now = now
@@ -36,8 +43,9 @@ class SystemScheduler:
             for a in live:
                 plan.stop.append({"ID": a["ID"], "DesiredDescription": NOT_NEEDED})
             return plan
-        placer = Placer(list(self.s.nodes.values()), list(self.s.allocs.values()), job,
-                        rng=self.rng)
+        placer = Placer(
+            list(self.s.nodes.values()), list(self.s.allocs.values()), job, rng=self.rng
+        )
         steps = 0
         for tg in job.get("TaskGroups") or []:
             plan.queued.setdefault(tg["Name"], 0)
@@ -52,8 +60,9 @@ class SystemScheduler:
                     if a["DesiredStatus"] != "run" or client_terminal(a):
                         continue
                     if node is None or node.get("Status") == "down":
-                        plan.stop.append({"ID": a["ID"], "DesiredDescription": LOST,
-                                          "ClientStatus": "lost"})
+                        plan.stop.append(
+                            {"ID": a["ID"], "DesiredDescription": LOST, "ClientStatus": "lost"}
+                        )
                     elif node_id not in eligible and node.get("Status") == "ready":
                         plan.stop.append({"ID": a["ID"], "DesiredDescription": NOT_NEEDED})
                         placer.release(a)
@@ -62,10 +71,13 @@ class SystemScheduler:
                 if steps % CHUNK == 0:
                     await asyncio.sleep(0)
                 mine = by_node.get(node_id, [])
-                running = [a for a in mine if a["DesiredStatus"] == "run"
-                           and not client_terminal(a)]
-                if self.sysbatch and any(a["ClientStatus"] == "complete" and a["JobVersion"]
-                                         == job["Version"] for a in mine):
+                running = [
+                    a for a in mine if a["DesiredStatus"] == "run" and not client_terminal(a)
+                ]
+                if self.sysbatch and any(
+                    a["ClientStatus"] == "complete" and a["JobVersion"] == job["Version"]
+                    for a in mine
+                ):
                     continue
                 prev = None
                 if running:
@@ -73,8 +85,10 @@ class SystemScheduler:
                     if a["JobVersion"] == job["Version"]:
                         continue
                     old = self.s.job_version(ns, job_id, a["JobVersion"])
-                    old_tg = next((g for g in (old or {}).get("TaskGroups") or []
-                                   if g["Name"] == tg["Name"]), None)
+                    old_tg = next(
+                        (g for g in (old or {}).get("TaskGroups") or [] if g["Name"] == tg["Name"]),
+                        None,
+                    )
                     if not destructive(old_tg, tg):
                         plan.update.append({"ID": a["ID"], "JobVersion": job["Version"]})
                         continue
@@ -86,8 +100,15 @@ class SystemScheduler:
                     plan.fail(tg["Name"], metrics)
                     plan.queued[tg["Name"]] += 1
                     continue
-                alloc = new_alloc(self.new_id(), job, tg, f"{job_id}.{tg['Name']}[0]", node,
-                                  self.ev["ID"], metrics)
+                alloc = new_alloc(
+                    self.new_id(),
+                    job,
+                    tg,
+                    f"{job_id}.{tg['Name']}[0]",
+                    node,
+                    self.ev["ID"],
+                    metrics,
+                )
                 if prev is not None:
                     alloc["PreviousAllocation"] = prev["ID"]
                 plan.place.append(alloc)

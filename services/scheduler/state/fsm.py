@@ -38,20 +38,47 @@ def derived_id(entry: LogEntry, *parts: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_OID, "/".join((entry.id, *parts))))
 
 
-def new_eval(eval_id: str, job: dict[str, Any], triggered_by: str, *, node_id: str = "",
-             deployment_id: str = "", status: str = "pending", priority: int = 0
-             ) -> dict[str, Any]:
+def new_eval(
+    eval_id: str,
+    job: dict[str, Any],
+    triggered_by: str,
+    *,
+    node_id: str = "",
+    deployment_id: str = "",
+    status: str = "pending",
+    priority: int = 0,
+) -> dict[str, Any]:
     return {
-        "ID": eval_id, "Namespace": job.get("Namespace", "default"),
-        "Priority": priority or job.get("Priority", 50), "Type": job.get("Type", "service"),
-        "TriggeredBy": triggered_by, "JobID": job["ID"],
-        "JobModifyIndex": job.get("JobModifyIndex", 0), "NodeID": node_id,
-        "NodeModifyIndex": 0, "DeploymentID": deployment_id, "Status": status,
-        "StatusDescription": "", "Wait": 0, "WaitUntil": None, "NextEval": "",
-        "PreviousEval": "", "BlockedEval": "", "RelatedEvals": None, "FailedTGAllocs": None,
-        "ClassEligibility": None, "EscapedComputedClass": False, "QuotaLimitReached": "",
-        "AnnotatePlan": False, "QueuedAllocations": None, "LeaderACL": "", "SnapshotIndex": 0,
-        "CreateIndex": 0, "ModifyIndex": 0, "CreateTime": 0, "ModifyTime": 0,
+        "ID": eval_id,
+        "Namespace": job.get("Namespace", "default"),
+        "Priority": priority or job.get("Priority", 50),
+        "Type": job.get("Type", "service"),
+        "TriggeredBy": triggered_by,
+        "JobID": job["ID"],
+        "JobModifyIndex": job.get("JobModifyIndex", 0),
+        "NodeID": node_id,
+        "NodeModifyIndex": 0,
+        "DeploymentID": deployment_id,
+        "Status": status,
+        "StatusDescription": "",
+        "Wait": 0,
+        "WaitUntil": None,
+        "NextEval": "",
+        "PreviousEval": "",
+        "BlockedEval": "",
+        "RelatedEvals": None,
+        "FailedTGAllocs": None,
+        "ClassEligibility": None,
+        "EscapedComputedClass": False,
+        "QuotaLimitReached": "",
+        "AnnotatePlan": False,
+        "QueuedAllocations": None,
+        "LeaderACL": "",
+        "SnapshotIndex": 0,
+        "CreateIndex": 0,
+        "ModifyIndex": 0,
+        "CreateTime": 0,
+        "ModifyTime": 0,
     }
 
 
@@ -122,13 +149,26 @@ class SchedulerFSM:
             for cb in self.on_pending:
                 cb(ev)
 
-    def _job_eval(self, index: int, entry: LogEntry, key: str, trigger: str, *,
-                  node_id: str = "", deployment_id: str = "") -> dict[str, Any] | None:
+    def _job_eval(
+        self,
+        index: int,
+        entry: LogEntry,
+        key: str,
+        trigger: str,
+        *,
+        node_id: str = "",
+        deployment_id: str = "",
+    ) -> dict[str, Any] | None:
         job = self.t.jobs.get(key)
         if job is None:
             return None
-        ev = new_eval(derived_id(entry, key, trigger, node_id), job, trigger, node_id=node_id,
-                      deployment_id=deployment_id)
+        ev = new_eval(
+            derived_id(entry, key, trigger, node_id),
+            job,
+            trigger,
+            node_id=node_id,
+            deployment_id=deployment_id,
+        )
         self._put_eval(index, entry, ev)
         return ev
 
@@ -145,8 +185,10 @@ class SchedulerFSM:
             self._bump(index, "jobs")
 
     def _job_status(self, key: str, job: dict[str, Any]) -> str:
-        if job.get("Type") == "system" or (job.get("Periodic") or {}).get("Enabled") or job.get(
-            "ParameterizedJob"
+        if (
+            job.get("Type") == "system"
+            or (job.get("Periodic") or {}).get("Enabled")
+            or job.get("ParameterizedJob")
         ):
             return "dead" if job.get("Stop") else "running"
         if self.t.live_allocs.get(key, 0) > 0:
@@ -191,8 +233,11 @@ class SchedulerFSM:
             if want != 0 and existing is None:
                 raise ApplyError(400, f"{ENFORCE} {want}: job does not exist")
             if existing is not None and want != existing["JobModifyIndex"]:
-                raise ApplyError(400, f"{ENFORCE} {want}: job exists with conflicting job "
-                                      f"modify index: {existing['JobModifyIndex']}")
+                raise ApplyError(
+                    400,
+                    f"{ENFORCE} {want}: job exists with conflicting job "
+                    f"modify index: {existing['JobModifyIndex']}",
+                )
         if p.get("preserve_counts") and existing is not None:
             counts = {g["Name"]: g["Count"] for g in existing.get("TaskGroups") or []}
             for g in job.get("TaskGroups") or []:
@@ -214,17 +259,25 @@ class SchedulerFSM:
             sub = p.get("submission")
             if sub:
                 subs = self.t.submissions.setdefault(key, {})
-                subs[job["Version"]] = {**sub, "Namespace": job["Namespace"],
-                                        "JobID": job["ID"], "Version": job["Version"],
-                                        "JobModifyIndex": index}
+                subs[job["Version"]] = {
+                    **sub,
+                    "Namespace": job["Namespace"],
+                    "JobID": job["ID"],
+                    "Version": job["Version"],
+                    "JobModifyIndex": index,
+                }
                 for old in sorted(subs)[:-TRACKED_SUBMISSIONS]:
                     del subs[old]
                 self._bump(index, "job_submission")
         else:
             job = existing
         self._touched.add(key)
-        out = {"EvalID": "", "EvalCreateIndex": 0, "JobModifyIndex": job["JobModifyIndex"],
-               "Warnings": ""}
+        out = {
+            "EvalID": "",
+            "EvalCreateIndex": 0,
+            "JobModifyIndex": job["JobModifyIndex"],
+            "Warnings": "",
+        }
         ev = p.get("eval")
         if ev:
             ev = {**ev, "JobModifyIndex": job["JobModifyIndex"]}
@@ -291,18 +344,22 @@ class SchedulerFSM:
         for ev in p["evals"]:
             old = self.t.evals.get(ev["ID"])
             # A late ack for an eval already finished elsewhere must not reopen it.
-            if old is not None and old["Status"] in TERMINAL_EVAL and ev["Status"] not in (
-                TERMINAL_EVAL
+            if (
+                old is not None
+                and old["Status"] in TERMINAL_EVAL
+                and ev["Status"] not in (TERMINAL_EVAL)
             ):
                 continue
             self._put_eval(index, entry, ev)
-            if ev.get("QueuedAllocations") is not None and ev["Status"] in ("complete",
-                                                                             "blocked"):
+            if ev.get("QueuedAllocations") is not None and ev["Status"] in ("complete", "blocked"):
                 key = jkey(ev["Namespace"], ev["JobID"])
                 job = self.t.jobs.get(key)
                 if job is not None:
-                    self.t.jobs[key] = {**job, "_Queued": ev["QueuedAllocations"],
-                                        "_SummaryIndex": index}
+                    self.t.jobs[key] = {
+                        **job,
+                        "_Queued": ev["QueuedAllocations"],
+                        "_SummaryIndex": index,
+                    }
                     self._bump(index, "job_summary")
         return {"index": index}
 
@@ -340,12 +397,20 @@ class SchedulerFSM:
         if dep:
             for other in self.t.job_deployments(dep["Namespace"], dep["JobID"]):
                 if other["ID"] != dep["ID"] and other["Status"] in ("running", "paused"):
-                    self.t.put_deployment({**other, "Status": "cancelled",
-                                           "StatusDescription": "Cancelled due to newer "
-                                           "version of job", "ModifyIndex": index})
+                    self.t.put_deployment(
+                        {
+                            **other,
+                            "Status": "cancelled",
+                            "StatusDescription": "Cancelled due to newer version of job",
+                            "ModifyIndex": index,
+                        }
+                    )
             existing = self.t.deployments.get(dep["ID"])
-            dep = {**dep, "CreateIndex": existing["CreateIndex"] if existing else index,
-                   "ModifyIndex": index}
+            dep = {
+                **dep,
+                "CreateIndex": existing["CreateIndex"] if existing else index,
+                "ModifyIndex": index,
+            }
             self.t.put_deployment(dep)
             self._bump(index, "deployment")
         # Fit is re-checked here: another plan may have used the room since the snapshot.
@@ -356,8 +421,11 @@ class SchedulerFSM:
         placed = 0
         for node_id, allocs in by_node.items():
             node = self.t.nodes.get(node_id)
-            if node is None or node.get("Status") != "ready" or node.get(
-                    "SchedulingEligibility", "eligible") != "eligible":
+            if (
+                node is None
+                or node.get("Status") != "ready"
+                or node.get("SchedulingEligibility", "eligible") != "eligible"
+            ):
                 rejected += [a["ID"] for a in allocs]
                 continue
             cap = node_capacity(node)
@@ -407,8 +475,9 @@ class SchedulerFSM:
 
     # -- client updates
 
-    def _alloc_client_update(self, index: int, entry: LogEntry, p: dict[str, Any]
-                             ) -> dict[str, Any]:
+    def _alloc_client_update(
+        self, index: int, entry: LogEntry, p: dict[str, Any]
+    ) -> dict[str, Any]:
         now = ns_time(entry)
         failed_jobs: set[str] = set()
         health_jobs: dict[str, str] = {}
@@ -424,8 +493,11 @@ class SchedulerFSM:
             health = (up.get("DeploymentStatus") or {}).get("Healthy")
             old_health = (old.get("DeploymentStatus") or {}).get("Healthy")
             if health is not None and old_health is None:
-                a["DeploymentStatus"] = {**(old.get("DeploymentStatus") or {}),
-                                         **up["DeploymentStatus"], "ModifyIndex": index}
+                a["DeploymentStatus"] = {
+                    **(old.get("DeploymentStatus") or {}),
+                    **up["DeploymentStatus"],
+                    "ModifyIndex": index,
+                }
             a["ModifyIndex"] = index
             a["ModifyTime"] = now
             self.t.put_alloc(a)
@@ -435,9 +507,13 @@ class SchedulerFSM:
                 freed = True
                 if a["ClientStatus"] == "failed" and a["DesiredStatus"] == "run":
                     failed_jobs.add(key)
-            if health is not None and old_health is None and a.get("DeploymentID"):
-                if self._record_health(index, a, bool(health)):
-                    health_jobs[key] = a["DeploymentID"]
+            if (
+                health is not None
+                and old_health is None
+                and a.get("DeploymentID")
+                and self._record_health(index, a, bool(health))
+            ):
+                health_jobs[key] = a["DeploymentID"]
         self._bump(index, "allocs", "job_summary")
         for key in sorted(failed_jobs):
             job = self.t.jobs.get(key)
@@ -473,36 +549,36 @@ class SchedulerFSM:
             canaries = g.get("DesiredCanaries", 0)
             if canaries and not g["Promoted"] and g.get("AutoPromote"):
                 healthy_canaries = sum(
-                    1 for aid in g.get("PlacedCanaries") or []
-                    if (self.t.allocs.get(aid, {}).get("DeploymentStatus") or {}).get("Healthy"))
+                    1
+                    for aid in g.get("PlacedCanaries") or []
+                    if (self.t.allocs.get(aid, {}).get("DeploymentStatus") or {}).get("Healthy")
+                )
                 if healthy_canaries >= canaries:
                     g["Promoted"] = True
         done = all(
-            g["HealthyAllocs"] >= g["DesiredTotal"] and (not g.get("DesiredCanaries")
-                                                          or g["Promoted"])
-            for g in dep["TaskGroups"].values())
+            g["HealthyAllocs"] >= g["DesiredTotal"]
+            and (not g.get("DesiredCanaries") or g["Promoted"])
+            for g in dep["TaskGroups"].values()
+        )
         if done:
             dep["Status"] = "successful"
             dep["StatusDescription"] = "Deployment completed successfully"
             self.t.put_deployment(dep)
-            self._set_stable(index, jkey(dep["Namespace"], dep["JobID"]), dep["JobVersion"],
-                             True)
+            self._set_stable(index, jkey(dep["Namespace"], dep["JobID"]), dep["JobVersion"], True)
             return False
-        if any(g.get("DesiredCanaries") and not g["Promoted"]
-               for g in dep["TaskGroups"].values()):
+        if any(g.get("DesiredCanaries") and not g["Promoted"] for g in dep["TaskGroups"].values()):
             dep["StatusDescription"] = "Deployment is running but requires manual promotion"
         self.t.put_deployment(dep)
         return True
 
     # -- deployments
 
-    def _deployment_promote(self, index: int, entry: LogEntry, p: dict[str, Any]
-                            ) -> dict[str, Any]:
+    def _deployment_promote(self, index: int, entry: LogEntry, p: dict[str, Any]) -> dict[str, Any]:
         dep = self.t.deployments.get(p["id"])
         if dep is None:
             raise ApplyError(404, "deployment not found")
         if dep["Status"] != "running":
-            raise ApplyError(400, f"can't promote terminal deployment: status \"{dep['Status']}\"")
+            raise ApplyError(400, f'can\'t promote terminal deployment: status "{dep["Status"]}"')
         dep = copy.deepcopy(dep)
         groups = p.get("groups") or list(dep["TaskGroups"])
         for name in groups:
@@ -512,19 +588,31 @@ class SchedulerFSM:
         dep["ModifyIndex"] = index
         self.t.put_deployment(dep)
         self._bump(index, "deployment")
-        ev = self._job_eval(index, entry, jkey(dep["Namespace"], dep["JobID"]),
-                            "deployment-watcher", deployment_id=dep["ID"])
-        return {"EvalID": ev["ID"] if ev else "", "EvalCreateIndex": index,
-                "DeploymentModifyIndex": index}
+        ev = self._job_eval(
+            index,
+            entry,
+            jkey(dep["Namespace"], dep["JobID"]),
+            "deployment-watcher",
+            deployment_id=dep["ID"],
+        )
+        return {
+            "EvalID": ev["ID"] if ev else "",
+            "EvalCreateIndex": index,
+            "DeploymentModifyIndex": index,
+        }
 
-    def _deployment_status(self, index: int, entry: LogEntry, p: dict[str, Any]
-                           ) -> dict[str, Any]:
+    def _deployment_status(self, index: int, entry: LogEntry, p: dict[str, Any]) -> dict[str, Any]:
         dep = self.t.deployments.get(p["id"])
         if dep is None:
             raise ApplyError(404, "deployment not found")
-        self.t.put_deployment({**dep, "Status": p["status"],
-                               "StatusDescription": p.get("description", ""),
-                               "ModifyIndex": index})
+        self.t.put_deployment(
+            {
+                **dep,
+                "Status": p["status"],
+                "StatusDescription": p.get("description", ""),
+                "ModifyIndex": index,
+            }
+        )
         self._bump(index, "deployment")
         return {"DeploymentModifyIndex": index}
 
@@ -558,28 +646,39 @@ class SchedulerFSM:
             old = self.t.nodes.get(node_id)
             if old is None or old.get("Status") == p["status"]:
                 continue
-            node = {**old, "Status": p["status"], "ModifyIndex": index,
-                    "StatusUpdatedAt": int(entry.time)}
+            node = {
+                **old,
+                "Status": p["status"],
+                "ModifyIndex": index,
+                "StatusUpdatedAt": int(entry.time),
+            }
             self.t.nodes[node_id] = node
             if p["status"] == "ready":
                 self._node_ready_effects(index, entry, node_id)
             elif p["status"] == "down":
                 changed_down.append(node_id)
         for node_id in changed_down:
-            jobs = sorted({jkey(a["Namespace"], a["JobID"]) for a in self.t.node_allocs(node_id)
-                           if not alloc_terminal(a)})
+            jobs = sorted(
+                {
+                    jkey(a["Namespace"], a["JobID"])
+                    for a in self.t.node_allocs(node_id)
+                    if not alloc_terminal(a)
+                }
+            )
             for key in jobs:
                 self._job_eval(index, entry, key, "node-update", node_id=node_id)
         self._bump(index, "nodes")
         return {"index": index}
 
-    def _node_eligibility(self, index: int, entry: LogEntry, p: dict[str, Any]
-                          ) -> dict[str, Any]:
+    def _node_eligibility(self, index: int, entry: LogEntry, p: dict[str, Any]) -> dict[str, Any]:
         old = self.t.nodes.get(p["node_id"])
         if old is None:
             raise ApplyError(404, "node not found")
-        self.t.nodes[p["node_id"]] = {**old, "SchedulingEligibility": p["eligibility"],
-                                      "ModifyIndex": index}
+        self.t.nodes[p["node_id"]] = {
+            **old,
+            "SchedulingEligibility": p["eligibility"],
+            "ModifyIndex": index,
+        }
         self._bump(index, "nodes")
         if p["eligibility"] == "eligible":
             self._node_ready_effects(index, entry, p["node_id"])
@@ -590,17 +689,21 @@ class SchedulerFSM:
     def _acl_bootstrap(self, index: int, entry: LogEntry, p: dict[str, Any]) -> dict[str, Any]:
         reset = int(p.get("reset_index") or 0)
         if self.t.acl_bootstrap_index and reset != self.t.acl_bootstrap_index:
-            raise ApplyError(400, f"ACL bootstrap already done (reset index: "
-                                  f"{self.t.acl_bootstrap_index})")
+            raise ApplyError(
+                400, f"ACL bootstrap already done (reset index: {self.t.acl_bootstrap_index})"
+            )
         self.t.acl_bootstrap_index = index
         token = self._put_token(index, entry, p["token"])
         return token
 
     def _put_token(self, index: int, entry: LogEntry, token: dict[str, Any]) -> dict[str, Any]:
         old = self.t.acl_tokens.get(token["AccessorID"])
-        token = {**token, "CreateIndex": old["CreateIndex"] if old else index,
-                 "ModifyIndex": index,
-                 "CreateTime": old["CreateTime"] if old else _rfc3339(entry.time)}
+        token = {
+            **token,
+            "CreateIndex": old["CreateIndex"] if old else index,
+            "ModifyIndex": index,
+            "CreateTime": old["CreateTime"] if old else _rfc3339(entry.time),
+        }
         self.t.acl_tokens[token["AccessorID"]] = token
         self.t.token_by_secret[token["SecretID"]] = token["AccessorID"]
         self._bump(index, "acl_token")
@@ -610,7 +713,10 @@ class SchedulerFSM:
         for pol in p["policies"]:
             old = self.t.acl_policies.get(pol["Name"])
             self.t.acl_policies[pol["Name"]] = {
-                **pol, "CreateIndex": old["CreateIndex"] if old else index, "ModifyIndex": index}
+                **pol,
+                "CreateIndex": old["CreateIndex"] if old else index,
+                "ModifyIndex": index,
+            }
         self._bump(index, "acl_policy")
         return {"index": index}
 

@@ -10,8 +10,14 @@ import msgspec
 
 TERMINAL_EVAL = ("complete", "failed", "canceled")
 TERMINAL_CLIENT = ("complete", "failed", "lost")
-SUMMARY_BIN = {"pending": "Starting", "running": "Running", "complete": "Complete",
-               "failed": "Failed", "lost": "Lost", "unknown": "Unknown"}
+SUMMARY_BIN = {
+    "pending": "Starting",
+    "running": "Running",
+    "complete": "Complete",
+    "failed": "Failed",
+    "lost": "Lost",
+    "unknown": "Unknown",
+}
 TRACKED_VERSIONS = 6
 TRACKED_SUBMISSIONS = 6
 
@@ -54,7 +60,8 @@ class Tables:
         self.token_by_secret: dict[str, str] = {}
         # (job key) -> {group: {bin: count}}
         self.summary: dict[str, dict[str, dict[str, int]]] = defaultdict(
-            lambda: defaultdict(lambda: defaultdict(int)))
+            lambda: defaultdict(lambda: defaultdict(int))
+        )
         self.live_allocs: dict[str, int] = defaultdict(int)
         self.live_evals: dict[str, int] = defaultdict(int)
         for a in self.allocs.values():
@@ -137,26 +144,47 @@ class Tables:
         out = {}
         for name in names:
             bins = groups.get(name, {})
-            out[name] = {"Queued": queued.get(name, 0), "Complete": bins.get("Complete", 0),
-                         "Failed": bins.get("Failed", 0), "Running": bins.get("Running", 0),
-                         "Starting": bins.get("Starting", 0), "Lost": bins.get("Lost", 0),
-                         "Unknown": bins.get("Unknown", 0)}
-        return {"JobID": job_id, "Namespace": namespace, "Summary": out,
-                "Children": {"Pending": 0, "Running": 0, "Dead": 0},
-                "CreateIndex": (job or {}).get("CreateIndex", 0),
-                "ModifyIndex": max((job or {}).get("ModifyIndex", 0),
-                                   (job or {}).get("_SummaryIndex", 0))}
+            out[name] = {
+                "Queued": queued.get(name, 0),
+                "Complete": bins.get("Complete", 0),
+                "Failed": bins.get("Failed", 0),
+                "Running": bins.get("Running", 0),
+                "Starting": bins.get("Starting", 0),
+                "Lost": bins.get("Lost", 0),
+                "Unknown": bins.get("Unknown", 0),
+            }
+        return {
+            "JobID": job_id,
+            "Namespace": namespace,
+            "Summary": out,
+            "Children": {"Pending": 0, "Running": 0, "Dead": 0},
+            "CreateIndex": (job or {}).get("CreateIndex", 0),
+            "ModifyIndex": max(
+                (job or {}).get("ModifyIndex", 0), (job or {}).get("_SummaryIndex", 0)
+            ),
+        }
 
     # -- snapshots
 
-    _SERIAL = ("jobs", "versions", "submissions", "evals", "allocs", "deployments", "nodes",
-               "acl_policies", "acl_tokens", "acl_bootstrap_index")
+    _SERIAL = (
+        "jobs",
+        "versions",
+        "submissions",
+        "evals",
+        "allocs",
+        "deployments",
+        "nodes",
+        "acl_policies",
+        "acl_tokens",
+        "acl_bootstrap_index",
+    )
 
     def dump(self) -> bytes:
         data = {name: getattr(self, name) for name in self._SERIAL}
         data["index"] = dict(self.index)
-        data["submissions"] = {k: {str(v): s for v, s in subs.items()}
-                               for k, subs in self.submissions.items()}
+        data["submissions"] = {
+            k: {str(v): s for v, s in subs.items()} for k, subs in self.submissions.items()
+        }
         return msgspec.msgpack.encode(data)
 
     def load(self, raw: bytes) -> None:
@@ -164,7 +192,9 @@ class Tables:
         for name in self._SERIAL:
             if name in data:
                 setattr(self, name, data[name])
-        self.submissions = {k: {int(v): s for v, s in subs.items()}
-                            for k, subs in data.get("submissions", {}).items()}
+        self.submissions = {
+            k: {int(v): s for v, s in subs.items()}
+            for k, subs in data.get("submissions", {}).items()
+        }
         self.index = defaultdict(int, data.get("index", {}))
         self._rebuild()

@@ -42,8 +42,11 @@ from services.secrets.framework.request import Request, Response
 from shared.storage import CasConflict
 
 INVALID_LOGIN = "invalid role or secret ID"
-# Vault: letters, digits, space, hyphen, underscore and period; under 4096 bytes.
-_ROLE_NAME = re.compile(r"[\w .-]{1,4095}")
+# Vault: letters, digits, space, hyphen, underscore and period.
+_ROLE_NAME = re.compile(r"[\w .-]+")
+# Vault allows 4 KiB, but names become storage keys (NATS subjects, whose control line is
+# 4 KiB in all): keep them well below.
+MAX_NAME_BYTES = 256
 _ZERO_TIME = "0001-01-01T00:00:00Z"
 # Deprecated role fields and the names that replaced them.
 _ALIASES = {"policies": "token_policies", "period": "token_period"}
@@ -184,10 +187,12 @@ class AppRoleBackend(Backend):
     @staticmethod
     def _key(raw: str) -> str:
         name = raw.strip()
-        if not _ROLE_NAME.fullmatch(name) or not name.strip():
+        if not _ROLE_NAME.fullmatch(name):
             raise bad_request(
                 "role_name may contain only letters, digits, spaces, '-', '_' and '.'"
             )
+        if len(name.encode()) > MAX_NAME_BYTES:
+            raise bad_request(f"role_name must be at most {MAX_NAME_BYTES} bytes")
         return name.lower()
 
     async def _role(self, raw_name: str) -> tuple[RoleEntry, int] | None:
@@ -292,13 +297,30 @@ class AppRoleBackend(Backend):
         raise bad_request("the role is being changed concurrently; try again")
 
     async def _claim_role_id(self, role_id: str, role_key: str) -> None:
-        """Role ids are unique across roles: the index entry is created only if absent."""
-        try:
-            await self.storage.create(
-                f"role-id/{self._hmac('role-id', role_id)}", role_key.encode()
-            )
-        except CasConflict:
-            raise bad_request("role_id already in use") from None
+        """Role ids are unique across roles: the index entry is created only if absent. An
+        entry left behind for this same role (a writer died between the index and the role)
+        is taken over with CAS; one naming another role is never touched."""
+        key = f"role-id/{self._hmac('role-id', role_id)}"
+        for _ in range(5):
+            try:
+                await self.storage.create(key, role_key.encode())
+                return
+            except CasConflict:
+                pass
+            got = await self.storage.get_entry(key)
+            if got is None:
+                continue  # deleted meanwhile: try to create it again
+            if got[0].decode() != role_key:
+                break
+            owner = await self.storage.get_obj(f"role/{role_key}", RoleEntry)
+            if owner is not None and owner.role_id == role_id:
+                return  # already ours
+            try:
+                await self.storage.update(key, role_key.encode(), got[1])
+                return
+            except CasConflict:
+                continue
+        raise bad_request("role_id already in use")
 
     def _role_data(self, role: RoleEntry) -> dict[str, Any]:
         data = token_data(role)

@@ -123,13 +123,16 @@ class TokenBackend(Backend):
             raise bad_request(f"token type {f.type!r} is not supported; use 'service'")
         if f.num_uses < 0:
             raise bad_request("number of uses cannot be negative")
+        privileged = is_root or "sudo" in req.capabilities
         if f.id:
-            if not is_root:
+            if not privileged:
                 raise bad_request("root or sudo privileges required to specify token id")
             if "." in f.id:
                 raise bad_request("token ids may not contain a '.'")
-        if f.no_parent and not (is_root or "sudo" in req.capabilities):
+        if f.no_parent and not privileged:
             raise bad_request("root or sudo privileges required to create orphan token")
+        if f.period and not privileged:
+            raise bad_request("root or sudo privileges required to create periodic token")
         policies = [p.strip().lower() for p in f.policies if p.strip()]
         if role is not None:
             allowed = set(role.allowed_policies)
@@ -207,7 +210,7 @@ class TokenBackend(Backend):
             tok = f.token or req.client_token
             entry = await self._store().lookup(tok)
             if entry is None:
-                raise bad_request("bad token")
+                raise SecretsError(403, "bad token")
             return Response(data=lookup_data(entry, include_id=True))
 
         async def lookup_self(req: Request, _: Any) -> Response:
@@ -230,7 +233,7 @@ class TokenBackend(Backend):
                                 warnings=["the token has no TTL: nothing to renew"])
             renewed = await self._store().renew(entry, increment)
             block = auth_block(renewed)
-            block["lease_duration"] = renewed.remaining()
+            block["lease_duration"] = max(0, round(renewed.expire_time - time.time()))
             return Response(auth=block)
 
         async def renew(req: Request, f: TokenField) -> Response:

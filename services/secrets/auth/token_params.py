@@ -172,27 +172,15 @@ def login_auth(
     metadata: dict[str, str],
     internal: dict[str, Any] | None = None,
 ) -> AuthSpec:
-    """The AuthSpec of a successful login; the core turns it into a token."""
-    mount_max = 0
-    if req.mount is not None:
-        mount_max = req.core.tokens.ttl_limits(
-            req.mount.config.default_lease_ttl, req.mount.config.max_lease_ttl
-        )[1]
-    # token_max_ttl and token_explicit_max_ttl both bound the lifetime from creation; the
-    # mount's max bounds it too (the core only applies that when no max is given).
-    caps = [v for v in (params.token_max_ttl, params.token_explicit_max_ttl) if v]
-    max_ttl = min(caps) if caps else 0
-    if max_ttl and mount_max:
-        max_ttl = min(max_ttl, mount_max)
-    ttl = params.token_ttl
-    if ttl and max_ttl:
-        ttl = min(ttl, max_ttl)
+    """The AuthSpec of a successful login; the core turns it into a token (and applies the
+    mount's limits)."""
     return AuthSpec(
         policies=list(params.token_policies),
         display_name=display_name,
         metadata=metadata,
-        ttl=ttl,
-        max_ttl=max_ttl,
+        ttl=params.token_ttl,
+        max_ttl=params.token_max_ttl,
+        explicit_max_ttl=params.token_explicit_max_ttl,
         period=params.token_period,
         num_uses=params.token_num_uses,
         no_default_policy=params.token_no_default_policy,

@@ -46,6 +46,8 @@ KEY_LEN = 32
 SALT_LEN = 16
 # Vault's GenericNameRegex: word characters, with dots and dashes inside.
 _NAME = re.compile(r"\w(?:[\w.-]*\w)?")
+# Names become storage keys (NATS subjects, with a 4 KiB control line): keep them short.
+MAX_NAME_BYTES = 256
 INVALID_LOGIN = "invalid username or password"
 # Deprecated fields of users/<name> and the token_* fields they stand for.
 _ALIASES = {
@@ -145,6 +147,8 @@ class UserpassBackend(Backend):
         name = raw.strip().lower()
         if not _NAME.fullmatch(name):
             raise unsupported_path(raw)
+        if len(name.encode()) > MAX_NAME_BYTES:
+            raise bad_request(f"username must be at most {MAX_NAME_BYTES} bytes")
         return name
 
     async def _hash(self, password: str) -> PasswordHash:
@@ -203,6 +207,11 @@ class UserpassBackend(Backend):
                 f, {old: (new, getattr(f, old)) for old, new in _ALIASES.items()}
             )
             password = f.password or ""
+            # Validate first, so bad input never pays for the KDF.
+            got = await self._user(name)
+            if got is None and not password:
+                raise bad_request("missing password")
+            apply_token_input(got[0] if got else TokenParams(), f)
             # Hash before the CAS loop: a retry must not pay for the KDF again.
             new_hash = await self._hash(password) if password else None
 
@@ -265,7 +274,8 @@ class UserpassBackend(Backend):
 
         async def login(req: Request, f: PasswordFields) -> Response:
             name = f.username.strip().lower()
-            got = await self._user(name) if _NAME.fullmatch(name) else None
+            valid = _NAME.fullmatch(name) and len(name.encode()) <= MAX_NAME_BYTES
+            got = await self._user(name) if valid else None
             if got is None or not f.password:
                 # Same cost as a real check, so timing does not reveal unknown users.
                 await self._verify(_DUMMY, f.password or "x")

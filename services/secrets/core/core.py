@@ -57,7 +57,6 @@ class Core:
         self.expiration = ExpirationManager(self, is_leader)
         self.wrapping = WrappingManager(self)
         self.tables: dict[str, MountTable] = {}
-        self.table_revs: dict[str, tuple[int, int]] = {}
         self._reload_lock = asyncio.Lock()
         self.cluster_id = ""
         # True once unsealed AND the mount tables are loaded: until then requests see "sealed".
@@ -181,7 +180,8 @@ class Core:
     async def refresh_if_stale(self, ns: Namespace) -> bool:
         """A request found no mount: if the stored tables moved on since we loaded them (an
         invalidation still in flight), reload now. One storage read per miss."""
-        if await self._doc_revisions(ns) == self.table_revs.get(ns.id):
+        current = self.tables.get(ns.id)
+        if current is not None and await self._doc_revisions(ns) == current.revisions:
             return False
         self.tables[ns.id] = await self._load_table(ns)
         return True
@@ -195,7 +195,7 @@ class Core:
 
     async def _load_table(self, ns: Namespace) -> MountTable:
         table = MountTable()
-        self.table_revs[ns.id] = await self._doc_revisions(ns)
+        table.revisions = await self._doc_revisions(ns)
         for path, type_ in SYSTEM_MOUNTS.items():
             entry = MountEntry(path=path, type=type_, uuid=f"{ns.id}-{type_}",
                                accessor=f"{type_}_{ns.id}", namespace_id=ns.id,

@@ -25,6 +25,7 @@ from services.secrets.framework.path import Op
 from services.secrets.framework.request import AuthSpec, Request, Response
 from shared.errors import ServiceError
 from shared.messages import HttpRequest, HttpResponse
+from shared.storage import KeyTooLong
 
 if TYPE_CHECKING:
     from services.secrets.core.core import Core
@@ -97,6 +98,8 @@ async def handle_http(core: Core, env: HttpRequest) -> HttpResponse:
         return error_response(exc.code, [exc.message] if exc.message else [])
     except ServiceError as exc:
         return error_response(exc.code, [exc.message])
+    except KeyTooLong as exc:
+        return error_response(400, [str(exc)])
     except Exception:
         log.exception("request failed", path=env.path, method=env.method)
         return error_response(500, ["internal error"])
@@ -288,7 +291,14 @@ async def _login(core: Core, req: Request, spec: AuthSpec) -> dict[str, Any]:
     mount = req.mount
     default_ttl, max_ttl = core.tokens.ttl_limits(
         mount.config.default_lease_ttl if mount else 0, mount.config.max_lease_ttl if mount else 0)
-    ttl = spec.period or min(spec.ttl or default_ttl, spec.max_ttl or max_ttl)
+    explicit = spec.explicit_max_ttl
+    if spec.period:
+        cap = explicit
+        ttl = min(spec.period, explicit) if explicit else spec.period
+    else:
+        cap = min(v for v in (spec.max_ttl, explicit, max_ttl) if v)
+        ttl = min(spec.ttl or default_ttl, cap)
+        cap = cap if (spec.max_ttl or explicit) else 0
     policies = sorted(set(spec.policies) | (set() if spec.no_default_policy else {"default"}))
     if "root" in spec.policies:
         policies = ["root"]
@@ -297,7 +307,7 @@ async def _login(core: Core, req: Request, spec: AuthSpec) -> dict[str, Any]:
         id=core.tokens.new_id(req.namespace), accessor=random_b62(), policies=policies,
         meta=spec.metadata or None, display_name=f"{mount_type}-{spec.display_name}".rstrip("-"),
         path=req.full_path, creation_time=time.time(), ttl=ttl,
-        explicit_max_ttl=spec.max_ttl if spec.max_ttl and not spec.period else 0,
+        explicit_max_ttl=cap,
         period=spec.period, num_uses=spec.num_uses, renewable=spec.renewable, orphan=True,
         namespace_id=req.namespace.id, internal={k: str(v) for k, v in spec.internal.items()},
     )

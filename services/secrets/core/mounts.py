@@ -74,6 +74,8 @@ class MountTable:
         self.entries: dict[str, MountEntry] = {}
         self.backends: dict[str, Backend] = {}
         self._ordered: list[str] = []
+        # Revisions of the stored mount and auth tables this table was built from.
+        self.revisions: tuple[int, int] = (0, 0)
 
     def set(self, entry: MountEntry, backend: Backend) -> None:
         self.entries[entry.path] = entry

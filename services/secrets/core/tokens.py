@@ -221,7 +221,9 @@ class TokenStore:
             if got is None:
                 return None
             current, rev = got
-            if current.num_uses <= 0:
+            if current.num_uses < 0:
+                return None  # spent by a concurrent request that won the CAS
+            if current.num_uses == 0:
                 return current
             current.num_uses -= 1
             try:
@@ -291,8 +293,8 @@ class TokenStore:
         cap_at = entry.creation_time + (entry.explicit_max_ttl or max_ttl)
         if not entry.period or entry.explicit_max_ttl:
             ttl = int(min(ttl, max(0, cap_at - now)))
+        # creation_ttl (entry.ttl) stays what it was at creation, as Vault reports it.
         entry.expire_time = now + ttl if ttl else entry.expire_time
-        entry.ttl = ttl or entry.ttl
         await self.save(entry)
         await self.core.expiration.register_token(entry)
         return entry

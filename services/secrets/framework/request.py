@@ -61,6 +61,8 @@ class AuthSpec:
     metadata: dict[str, str] = field(default_factory=dict)
     ttl: int = 0
     max_ttl: int = 0
+    # A hard cap on the token's life, kept even for periodic tokens.
+    explicit_max_ttl: int = 0
     period: int = 0
     num_uses: int = 0
     renewable: bool = True

@@ -51,5 +51,5 @@ def generate(policy: PasswordPolicy, timeout: float = DEFAULT_TIMEOUT) -> str:
                 return pw
         if time.monotonic() >= deadline:
             raise GenerationTimeout(
-                "unable to generate a password from the policy in time: "
-                "are the rules impossible?")
+                "unable to generate a password from the policy in time: are the rules impossible?"
+            )

@@ -117,8 +117,7 @@ def parse(text: str) -> PasswordPolicy:
         raise PolicyError("unable to parse policy: 'length' is required")
     length = _int(doc["length"], "length")
     if not MIN_LENGTH <= length <= MAX_LENGTH:
-        raise PolicyError(
-            f"passwords must be between {MIN_LENGTH} and {MAX_LENGTH} characters")
+        raise PolicyError(f"passwords must be between {MIN_LENGTH} and {MAX_LENGTH} characters")
     rules: list[CharsetRule] = []
     for kind, body in _rule_bodies(doc.get("rule", [])):
         if kind != "charset":
@@ -139,14 +138,17 @@ def parse(text: str) -> PasswordPolicy:
         raise PolicyError("the policy has no charset rules: at least one is required")
     merged = _dedupe("".join(r.charset for r in rules))
     if len(merged) > MAX_CHARSET:
-        raise PolicyError(f"the combined charset has {len(merged)} characters; "
-                          f"at most {MAX_CHARSET} are allowed")
+        raise PolicyError(
+            f"the combined charset has {len(merged)} characters; at most {MAX_CHARSET} are allowed"
+        )
     if not all(c.isprintable() for c in merged):
         raise PolicyError("charsets may contain printable characters only")
     needed = sum(r.min_chars for r in rules)
     if needed > length:
-        raise PolicyError(f"the rules require at least {needed} characters, "
-                          f"more than the length of {length}: the rules are impossible")
+        raise PolicyError(
+            f"the rules require at least {needed} characters, "
+            f"more than the length of {length}: the rules are impossible"
+        )
     return PasswordPolicy(length=length, rules=tuple(rules), charset=merged)
 
 

@@ -72,8 +72,10 @@ def check_env(env: list[str]) -> list[str]:
 
 def plugin_dir(configured: str) -> str:
     if not configured:
-        raise bad_request("no plugin directory is configured: set plugin_directory in the "
-                          "server config (trellis dev --plugin-directory DIR)")
+        raise bad_request(
+            "no plugin directory is configured: set plugin_directory in the "
+            "server config (trellis dev --plugin-directory DIR)"
+        )
     return os.path.realpath(configured)
 
 
@@ -94,8 +96,17 @@ def resolve_command(directory: str, command: str) -> str:
 
 def check_command_file(full: str) -> None:
     if not os.path.isfile(full):
-        raise bad_request("plugin command not found in the plugin directory: "
-                          f"{os.path.basename(full)}")
+        raise bad_request(
+            f"plugin command not found in the plugin directory: {os.path.basename(full)}"
+        )
+
+
+def locate(directory: str, command: str) -> str:
+    """`command` checked (inside the directory, an existing file) and made relative to the
+    directory. Touches the filesystem: call it off the event loop."""
+    full = resolve_command(directory, command)
+    check_command_file(full)
+    return os.path.relpath(full, plugin_dir(directory))
 
 
 class Catalog:
@@ -120,5 +131,7 @@ class Catalog:
 
 
 def catalog(core: object) -> Catalog:
-    return Catalog(core.barrier.view(PREFIX),  # type: ignore[attr-defined]
-                   core.settings.plugin_directory)  # type: ignore[attr-defined]
+    return Catalog(
+        core.barrier.view(PREFIX),  # type: ignore[attr-defined]
+        core.settings.plugin_directory,
+    )  # type: ignore[attr-defined]

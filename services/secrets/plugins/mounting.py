@@ -1,7 +1,11 @@
-"""`Core.plugin_backend`: turn a mount of a catalogued plugin into a live backend. One plugin
-process per mount per replica (the copies share the mount's queue group); processes are
-started on first use, restarted (re-verified) if they die, and stopped when their mount goes
-away, the replica seals or its bus closes."""
+"""`Core.plugin_backend`: turn a mount of a catalogued plugin into a live backend.
+
+One plugin process per mount per replica; the copies share the mount's queue group. The
+replica that mounts the plugin starts it at once (so a refused or broken binary fails the
+mount) and records the paths it announced; other replicas, and this one after a restart, build
+the backend from that record and start their copy on the first request. Every start checks
+the binary's SHA-256 again. A process that dies is restarted on the next request; processes
+stop when their mount goes away, the replica seals or its bus closes."""
 
 from __future__ import annotations
 
@@ -12,41 +16,59 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import structlog
 
+from services.secrets.errors import bad_request
 from services.secrets.framework.backend import Backend
 from services.secrets.plugins import runner
 from services.secrets.plugins.catalog import CatalogEntry, catalog, resolve_command
 from services.secrets.plugins.proxy import PluginBackend
-from shared.plugin_sdk import storage_subject
+from shared.plugin_sdk import PluginInfo, storage_subject
 
 if TYPE_CHECKING:
+    from services.secrets.core.barrier import BarrierView
     from services.secrets.core.mounts import MountEntry
 
 log = structlog.get_logger("plugins")
 
 REAP_INTERVAL = 2.0
-# A process is young while its mount may not be in the table yet (mount() starts the backend
-# before it stores the entry).
+CLOSED_CHECK = 0.25
+# A mount is young while it may not be in the table yet (Core.mount builds the backend before
+# it stores the entry).
 REAP_GRACE = 10.0
+INFO_PREFIX = "core/plugin-info/"
+
+
+class CachedInfo(msgspec.Struct, kw_only=True):
+    """What a plugin announced, recorded by the replica that mounted it."""
+
+    sha256: str
+    info: PluginInfo
 
 
 @dataclass
 class Running:
     uuid: str
     prefix: str
-    process: runner.PluginProcess
+    process: runner.PluginProcess | None = None
     backend: PluginBackend | None = None
     subscription: Any = None
+    created: float = field(default_factory=time.monotonic)
     missing: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.alive
 
     async def stop(self) -> None:
         if self.subscription is not None:
             with contextlib.suppress(Exception):
                 await self.subscription.unsubscribe()
             self.subscription = None
-        await self.process.stop()
+        if self.process is not None:
+            await self.process.stop()
 
 
 class PluginManager:
@@ -55,8 +77,18 @@ class PluginManager:
         self.running: dict[str, Running] = {}
         self._reaper: asyncio.Task[None] | None = None
 
+    @property
+    def _infos(self) -> BarrierView:
+        return self.core.barrier.view(INFO_PREFIX)
+
     def _prefix(self, entry: MountEntry) -> str:
         return f"{self.core.settings.cluster_name}.plugin.{entry.uuid}"
+
+    async def _start_process(self, found: CatalogEntry, prefix: str) -> runner.PluginProcess:
+        full = resolve_command(self.core.settings.plugin_directory, found.command)
+        return await runner.start(
+            self.core.bus.nc, found, full, self.core.settings.nats_url, prefix
+        )
 
     async def backend(self, entry: MountEntry) -> Backend | None:
         if entry.is_auth:
@@ -64,70 +96,76 @@ class PluginManager:
         found = await catalog(self.core).get("secret", entry.type)
         if found is None:
             return None
-        full = resolve_command(self.core.settings.plugin_directory, found.command)
         if not entry.uuid:
             # Core.mount asks whether the type exists before it creates the entry: answer
             # with the checks (a tampered binary is refused here) but start nothing.
+            full = resolve_command(self.core.settings.plugin_directory, found.command)
             await runner.verify_sha256(found, full)
             return Backend(self.core, entry, self.core.barrier.view("plugin-probe/"))
         current = self.running.get(entry.uuid)
-        if current is not None and current.process.alive and \
-                current.process.sha256 == found.sha256 and current.backend is not None:
+        if (
+            current is not None
+            and current.backend is not None
+            and (current.process is None or current.process.sha256 == found.sha256)
+        ):
             current.backend.mount = entry
             return current.backend
-        if current is not None:
+        if current is not None:  # re-registered with another binary: start afresh
             await self._forget(entry.uuid)
-        return await self._start(entry, found, full)
-
-    async def _start(self, entry: MountEntry, found: CatalogEntry, full: str) -> PluginBackend:
-        prefix = self._prefix(entry)
-        process = await runner.start(self.core.bus.nc, found, full, self.core.settings.nats_url,
-                                     prefix)
-        entry.running_sha256 = process.sha256
-        entry.plugin_version = entry.plugin_version or found.version
         ns = self.core.namespaces.by_id.get(entry.namespace_id)
         if ns is None:
-            await process.stop()
-            return None  # type: ignore[return-value]
+            return None
+        prefix = self._prefix(entry)
+        run = Running(uuid=entry.uuid, prefix=prefix)
+        cached = await self._infos.get_obj(entry.uuid, CachedInfo)
+        if cached is not None and cached.sha256 == found.sha256:
+            info = cached.info  # start on first use
+        else:
+            run.process = await self._start_process(found, prefix)
+            info = run.process.info
+            await self._infos.put_obj(entry.uuid, CachedInfo(sha256=run.process.sha256, info=info))
+            entry.running_sha256 = run.process.sha256
+            entry.plugin_version = entry.plugin_version or found.version
         view = self.core.namespaces.view(ns).sub(entry.storage_prefix())
-        run = Running(uuid=entry.uuid, prefix=prefix, process=process)
+        uuid = entry.uuid
 
         async def ensure_running() -> None:
-            await self._ensure(entry.uuid)
+            await self._ensure(uuid)
 
         async def on_cleanup() -> None:
-            await self._forget(entry.uuid)
+            await self._forget(uuid)
+            await self._infos.delete(uuid)
 
-        backend = PluginBackend(self.core, entry, view, process.info, prefix,
-                                ensure_running, on_cleanup)
+        backend = PluginBackend(self.core, entry, view, info, prefix, ensure_running, on_cleanup)
         run.backend = backend
         # Any replica may answer a plugin's storage call: they share one barrier.
         run.subscription = await self.core.bus.nc.subscribe(
-            storage_subject(prefix), queue="secrets", cb=backend.on_storage)
-        self.running[entry.uuid] = run
+            storage_subject(prefix), queue="secrets", cb=backend.on_storage
+        )
+        self.running[uuid] = run
         self._start_reaper()
         return backend
 
     async def _ensure(self, uuid: str) -> None:
-        """Restart a plugin that died, checking its binary again first."""
+        """Start this replica's copy if it is not running, checking the binary first."""
         run = self.running.get(uuid)
-        if run is None or run.process.alive or run.backend is None:
+        if run is None or run.alive or run.backend is None:
             return
         async with run.lock:
-            if run.process.alive:
+            if run.alive:
                 return
             entry = run.backend.mount
             assert entry is not None
             found = await catalog(self.core).get("secret", entry.type)
             if found is None:
-                from services.secrets.errors import bad_request
-
                 raise bad_request(f"plugin {entry.type!r} is no longer in the catalog")
-            full = resolve_command(self.core.settings.plugin_directory, found.command)
-            log.warning("plugin exited; restarting", plugin=entry.type,
-                        code=run.process.proc.returncode)
-            run.process = await runner.start(self.core.bus.nc, found, full,
-                                             self.core.settings.nats_url, run.prefix)
+            if run.process is not None:
+                log.warning(
+                    "plugin exited; restarting",
+                    plugin=entry.type,
+                    code=run.process.proc.returncode,
+                )
+            run.process = await self._start_process(found, run.prefix)
 
     async def _forget(self, uuid: str) -> None:
         run = self.running.pop(uuid, None)
@@ -142,17 +180,23 @@ class PluginManager:
         return {e.uuid for t in self.core.tables.values() for e in t.entries.values()}
 
     async def _reap(self) -> None:
+        last_pass = time.monotonic()
         while self.running:
-            await asyncio.sleep(REAP_INTERVAL)
+            # The bus closing (the replica stopping) is checked often: plugins must not
+            # outlive their replica by much.
+            await asyncio.sleep(CLOSED_CHECK)
             try:
                 if self.core.bus.nc.is_closed:
                     for uuid in list(self.running):
                         await self._forget(uuid)
                     return
-                live = self._live_uuids()
                 now = time.monotonic()
+                if now - last_pass < REAP_INTERVAL:
+                    continue
+                last_pass = now
+                live = self._live_uuids()
                 for uuid, run in list(self.running.items()):
-                    if uuid in live or now - run.process.started < REAP_GRACE:
+                    if uuid in live or now - run.created < REAP_GRACE:
                         run.missing = 0
                         continue
                     run.missing += 1

@@ -40,10 +40,16 @@ _OPS = {op.value: op for op in Op}
 class PluginBackend(Backend):
     type_name = "plugin"
 
-    def __init__(self, core: Any, mount: MountEntry | None, storage: BarrierView,
-                 info: PluginInfo, prefix: str,
-                 ensure_running: Callable[[], Awaitable[None]],
-                 on_cleanup: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        core: Any,
+        mount: MountEntry | None,
+        storage: BarrierView,
+        info: PluginInfo,
+        prefix: str,
+        ensure_running: Callable[[], Awaitable[None]],
+        on_cleanup: Callable[[], Awaitable[None]],
+    ) -> None:
         self.info = info
         self.prefix = prefix
         self.ensure_running = ensure_running
@@ -56,12 +62,22 @@ class PluginBackend(Backend):
     def build_paths(self) -> list[Path]:
         out: list[Path] = []
         for spec in self.info.paths:
-            ops = {_OPS[o]: Operation(self._forward, spec.synopsis)
-                   for o in spec.operations if o in _OPS}
+            ops = {
+                _OPS[o]: Operation(self._forward, spec.synopsis)
+                for o in spec.operations
+                if o in _OPS
+            }
             if ops:
-                out.append(Path(spec.template, ops, synopsis=spec.synopsis,
-                                description=spec.description, arbitrary_input=True,
-                                exists=self._exists if spec.has_exists else None))
+                out.append(
+                    Path(
+                        spec.template,
+                        ops,
+                        synopsis=spec.synopsis,
+                        description=spec.description,
+                        arbitrary_input=True,
+                        exists=self._exists if spec.has_exists else None,
+                    )
+                )
         return out
 
     async def cleanup(self) -> None:
@@ -74,21 +90,29 @@ class PluginBackend(Backend):
                 m = rx.fullmatch(req.path)
                 if m:
                     captures = {k: v for k, v in m.groupdict().items() if v is not None}
-                    return PluginCall(op=op, path=req.path, template=template,
-                                      captures=captures, data=req.data,
-                                      mount_path=req.mount_path, namespace=req.namespace.path,
-                                      request_id=req.request_id)
+                    return PluginCall(
+                        op=op,
+                        path=req.path,
+                        template=template,
+                        captures=captures,
+                        data=req.data,
+                        mount_path=req.mount_path,
+                        namespace=req.namespace.path,
+                        request_id=req.request_id,
+                    )
         return PluginCall(op=op, path=req.path, data=req.data, mount_path=req.mount_path)
 
     async def send(self, call: PluginCall) -> PluginReply:
         await self.ensure_running()
         timeout = max(1.0, self.core.settings.request_timeout - 5)
         try:
-            msg = await self.core.bus.nc.request(call_subject(self.prefix), _enc.encode(call),
-                                                 timeout=timeout)
+            msg = await self.core.bus.nc.request(
+                call_subject(self.prefix), _enc.encode(call), timeout=timeout
+            )
         except nats.errors.NoRespondersError:
-            raise upstream(f"plugin {self.mount.type if self.mount else ''!r} is not "
-                           "running") from None
+            raise upstream(
+                f"plugin {self.mount.type if self.mount else ''!r} is not running"
+            ) from None
         except nats.errors.TimeoutError:
             raise SecretsError(504, f"the plugin did not answer within {timeout:g}s") from None
         try:
@@ -108,11 +132,16 @@ class PluginBackend(Backend):
         self._raise_for(reply)
         lease = None
         if reply.lease is not None:
-            lease = LeaseSpec(ttl=reply.lease.ttl, max_ttl=reply.lease.max_ttl,
-                              renewable=reply.lease.renewable, internal=reply.lease.internal,
-                              secret_type=reply.lease.secret_type)
-        return Response(data=reply.data, warnings=list(reply.warnings), lease=lease,
-                        status=reply.status or None)
+            lease = LeaseSpec(
+                ttl=reply.lease.ttl,
+                max_ttl=reply.lease.max_ttl,
+                renewable=reply.lease.renewable,
+                internal=reply.lease.internal,
+                secret_type=reply.lease.secret_type,
+            )
+        return Response(
+            data=reply.data, warnings=list(reply.warnings), lease=lease, status=reply.status or None
+        )
 
     async def _exists(self, req: Request, _fields: object) -> bool:
         reply = await self.send(self._call(req, "exists"))
@@ -121,17 +150,21 @@ class PluginBackend(Backend):
 
     def _revoker(self, secret_type: str) -> Callable[[dict[str, Any]], Awaitable[None]]:
         async def revoke(internal: dict[str, Any]) -> None:
-            reply = await self.send(PluginCall(op="revoke", secret_type=secret_type,
-                                               internal=internal))
+            reply = await self.send(
+                PluginCall(op="revoke", secret_type=secret_type, internal=internal)
+            )
             self._raise_for(reply)
+
         return revoke
 
     def _renewer(self, secret_type: str) -> Callable[[dict[str, Any], int], Awaitable[int]]:
         async def renew(internal: dict[str, Any], ttl: int) -> int:
-            reply = await self.send(PluginCall(op="renew", secret_type=secret_type,
-                                               internal=internal, increment=ttl))
+            reply = await self.send(
+                PluginCall(op="renew", secret_type=secret_type, internal=internal, increment=ttl)
+            )
             self._raise_for(reply)
             return reply.ttl or ttl
+
         return renew
 
     # ---- the plugin's storage ----------------------------------------------------------------

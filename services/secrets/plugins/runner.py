@@ -48,12 +48,15 @@ async def verify_sha256(entry: CatalogEntry, full: str) -> str:
     try:
         actual = await asyncio.to_thread(_sha256_file, full)
     except OSError as exc:
-        raise bad_request(f"cannot read plugin {entry.name!r} ({entry.command}): "
-                          f"{exc.strerror}") from None
+        raise bad_request(
+            f"cannot read plugin {entry.name!r} ({entry.command}): {exc.strerror}"
+        ) from None
     if actual != entry.sha256:
-        raise bad_request(f"plugin {entry.name!r}: the SHA-256 of {entry.command} does not "
-                          f"match the catalog (expected {entry.sha256}, found {actual}); "
-                          "refusing to run it")
+        raise bad_request(
+            f"plugin {entry.name!r}: the SHA-256 of {entry.command} does not "
+            f"match the catalog (expected {entry.sha256}, found {actual}); "
+            "refusing to run it"
+        )
     return actual
 
 
@@ -94,21 +97,28 @@ class PluginProcess:
                 await self.proc.wait()
 
 
-async def start(nc: NatsClient, entry: CatalogEntry, full: str, nats_url: str,
-                prefix: str) -> PluginProcess:
+async def start(
+    nc: NatsClient, entry: CatalogEntry, full: str, nats_url: str, prefix: str
+) -> PluginProcess:
     """Verify, start, and wait for the plugin's hello. 400 when the binary is refused, 502 when
     it starts but does not come up."""
     sha = await verify_sha256(entry, full)
     try:
         proc = await asyncio.create_subprocess_exec(
-            full, *entry.args, stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.DEVNULL, env=plugin_env(entry, nats_url, prefix),
-            cwd=os.path.dirname(full), start_new_session=True)
+            full,
+            *entry.args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.DEVNULL,
+            env=plugin_env(entry, nats_url, prefix),
+            cwd=os.path.dirname(full),
+            start_new_session=True,
+        )
     except PermissionError:
         raise bad_request(f"plugin {entry.name!r}: {entry.command} is not executable") from None
     except OSError as exc:
-        raise bad_request(f"plugin {entry.name!r}: cannot run {entry.command}: "
-                          f"{exc.strerror}") from None
+        raise bad_request(
+            f"plugin {entry.name!r}: cannot run {entry.command}: {exc.strerror}"
+        ) from None
     running = PluginProcess(proc, PluginInfo(), sha)
     try:
         running.info = await _hello(nc, entry, proc, prefix)
@@ -119,13 +129,15 @@ async def start(nc: NatsClient, entry: CatalogEntry, full: str, nats_url: str,
     return running
 
 
-async def _hello(nc: NatsClient, entry: CatalogEntry, proc: asyncio.subprocess.Process,
-                 prefix: str) -> PluginInfo:
+async def _hello(
+    nc: NatsClient, entry: CatalogEntry, proc: asyncio.subprocess.Process, prefix: str
+) -> PluginInfo:
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if proc.returncode is not None:
-            raise upstream(f"plugin {entry.name!r} exited with code {proc.returncode} "
-                           "before it was ready")
+            raise upstream(
+                f"plugin {entry.name!r} exited with code {proc.returncode} before it was ready"
+            )
         try:
             msg = await nc.request(hello_subject(prefix), _enc.encode(Hello()), timeout=0.5)
         except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
@@ -135,5 +147,4 @@ async def _hello(nc: NatsClient, entry: CatalogEntry, proc: asyncio.subprocess.P
             return _info.decode(msg.data)
         except msgspec.DecodeError:
             raise upstream(f"plugin {entry.name!r} answered hello with garbage") from None
-    raise SecretsError(502, f"plugin {entry.name!r} did not come up within "
-                            f"{START_TIMEOUT:g}s")
+    raise SecretsError(502, f"plugin {entry.name!r} did not come up within {START_TIMEOUT:g}s")

@@ -7,6 +7,7 @@ from services.secrets.framework.path import Path
 from services.secrets.system import (
     introspection_paths,
     lease_paths,
+    managed_key_paths,
     mount_paths,
     namespace_paths,
     password_policy_paths,
@@ -21,7 +22,7 @@ from services.secrets.system import (
 MODULES = [seal_paths, mount_paths, policy_paths, namespace_paths, lease_paths, wrapping_paths,
            introspection_paths]
 # Password policies, the plugin catalog and managed keys (issue 4).
-MODULES += [password_policy_paths, plugin_paths]
+MODULES += [password_policy_paths, plugin_paths, managed_key_paths]
 # DR replication (issue 5).
 MODULES += [replication_paths]
 

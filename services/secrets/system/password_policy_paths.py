@@ -43,7 +43,8 @@ def paths(core: Core) -> list[Path]:
         except GenerationTimeout as exc:
             raise bad_request(f"unable to generate a password from the policy: {exc}") from None
         await store.view(core, req.namespace).put_obj(
-            f.name, store.StoredPasswordPolicy(name=f.name, policy=text))
+            f.name, store.StoredPasswordPolicy(name=f.name, policy=text)
+        )
         return Response()
 
     async def read(req: Request, f: NameOnly) -> Response:
@@ -72,17 +73,25 @@ def paths(core: Core) -> list[Path]:
         return Response(data={"password": password})
 
     return [
-        Path(("policies/password", "policies/password/"),
-             {Op.LIST: Operation(listing, "List password policies")},
-             synopsis="List the password policies."),
-        Path("policies/password/{name}/generate",
-             {Op.READ: Operation(generate, "Generate a password")}, NameOnly,
-             synopsis="Generate a password from a password policy."),
-        Path("policies/password/{name}",
-             {Op.READ: Operation(read, "Read a password policy"),
-              **write(put, "Create or update a password policy"),
-              Op.DELETE: Operation(delete, "Delete a password policy")},
-             PasswordPolicyFields,
-             synopsis="Manage password policies: length and charset rules for generated "
-                      "passwords."),
+        Path(
+            ("policies/password", "policies/password/"),
+            {Op.LIST: Operation(listing, "List password policies")},
+            synopsis="List the password policies.",
+        ),
+        Path(
+            "policies/password/{name}/generate",
+            {Op.READ: Operation(generate, "Generate a password")},
+            NameOnly,
+            synopsis="Generate a password from a password policy.",
+        ),
+        Path(
+            "policies/password/{name}",
+            {
+                Op.READ: Operation(read, "Read a password policy"),
+                **write(put, "Create or update a password policy"),
+                Op.DELETE: Operation(delete, "Delete a password policy"),
+            },
+            PasswordPolicyFields,
+            synopsis="Manage password policies: length and charset rules for generated passwords.",
+        ),
     ]

@@ -3,7 +3,7 @@ need sudo)."""
 
 from __future__ import annotations
 
-import os
+import asyncio
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
@@ -33,8 +33,16 @@ class RegisterFields(msgspec.Struct, kw_only=True):
 
 
 def _builtin_json(type_: str, name: str) -> dict[str, Any]:
-    return {"name": name, "type": type_, "builtin": True, "command": "", "args": [],
-            "sha256": "", "version": cat.BUILTIN_VERSION, "deprecation_status": "supported"}
+    return {
+        "name": name,
+        "type": type_,
+        "builtin": True,
+        "command": "",
+        "args": [],
+        "sha256": "",
+        "version": cat.BUILTIN_VERSION,
+        "deprecation_status": "supported",
+    }
 
 
 def paths(core: Core) -> list[Path]:
@@ -48,13 +56,26 @@ def paths(core: Core) -> list[Path]:
             builtin = cat.builtins(type_)
             external = await store().names(type_)
             data[type_] = sorted(set(builtin) | set(external))
-            detailed += [{"name": n, "type": type_, "builtin": True,
-                          "version": cat.BUILTIN_VERSION, "deprecation_status": "supported"}
-                         for n in builtin]
+            detailed += [
+                {
+                    "name": n,
+                    "type": type_,
+                    "builtin": True,
+                    "version": cat.BUILTIN_VERSION,
+                    "deprecation_status": "supported",
+                }
+                for n in builtin
+            ]
             for n in external:
                 entry = await store().get(type_, n)
-                detailed.append({"name": n, "type": type_, "builtin": False,
-                                 "version": entry.version if entry else ""})
+                detailed.append(
+                    {
+                        "name": n,
+                        "type": type_,
+                        "builtin": False,
+                        "version": entry.version if entry else "",
+                    }
+                )
         data["detailed"] = sorted(detailed, key=lambda d: (d["type"], d["name"]))
         return Response(data=data)
 
@@ -73,12 +94,16 @@ def paths(core: Core) -> list[Path]:
         if not f.sha256:
             raise bad_request("missing field 'sha256'")
         sha = cat.check_sha256(f.sha256)
-        full = cat.resolve_command(core.settings.plugin_directory, f.command)
-        cat.check_command_file(full)
-        base = cat.plugin_dir(core.settings.plugin_directory)
-        entry = cat.CatalogEntry(name=name, type=type_, command=os.path.relpath(full, base),
-                                 sha256=sha, args=list(f.args), env=cat.check_env(list(f.env)),
-                                 version=f.version)
+        command = await asyncio.to_thread(cat.locate, core.settings.plugin_directory, f.command)
+        entry = cat.CatalogEntry(
+            name=name,
+            type=type_,
+            command=command,
+            sha256=sha,
+            args=list(f.args),
+            env=cat.check_env(list(f.env)),
+            version=f.version,
+        )
         await store().put(entry)
         return Response()
 
@@ -89,11 +114,18 @@ def paths(core: Core) -> list[Path]:
         entry = await store().get(type_, f.name)
         if entry is None:
             raise not_found(f"no {type_} plugin named {f.name!r} in the catalog")
-        return Response(data={
-            "name": entry.name, "type": entry.type, "builtin": False,
-            "command": store().full_command(entry), "args": entry.args, "env": entry.env,
-            "sha256": entry.sha256, "version": entry.version,
-        })
+        return Response(
+            data={
+                "name": entry.name,
+                "type": entry.type,
+                "builtin": False,
+                "command": store().full_command(entry),
+                "args": entry.args,
+                "env": entry.env,
+                "sha256": entry.sha256,
+                "version": entry.version,
+            }
+        )
 
     async def delete(req: Request, f: RegisterFields) -> Response:
         type_ = cat.check_type(f.type)
@@ -103,16 +135,26 @@ def paths(core: Core) -> list[Path]:
         return Response()
 
     return [
-        Path("plugins/catalog", {Op.READ: Operation(list_all, "List all plugins")},
-             synopsis="List the plugins in the catalog, by type."),
-        Path(("plugins/catalog/{type}", "plugins/catalog/{type}/"),
-             {Op.LIST: Operation(list_type, "List plugins of a type")}, TypeOnly,
-             synopsis="List the plugins of one type (auth, database, secret)."),
-        Path("plugins/catalog/{type}/{name}",
-             {Op.READ: Operation(read, "Read a plugin", sudo=True),
-              **write(register, "Register or update a plugin", sudo=True),
-              Op.DELETE: Operation(delete, "Remove a plugin", sudo=True)},
-             RegisterFields,
-             synopsis="Register, read or remove a plugin; the command is relative to the "
-                      "plugin directory and its SHA-256 is checked before it runs."),
+        Path(
+            "plugins/catalog",
+            {Op.READ: Operation(list_all, "List all plugins")},
+            synopsis="List the plugins in the catalog, by type.",
+        ),
+        Path(
+            ("plugins/catalog/{type}", "plugins/catalog/{type}/"),
+            {Op.LIST: Operation(list_type, "List plugins of a type")},
+            TypeOnly,
+            synopsis="List the plugins of one type (auth, database, secret).",
+        ),
+        Path(
+            "plugins/catalog/{type}/{name}",
+            {
+                Op.READ: Operation(read, "Read a plugin", sudo=True),
+                **write(register, "Register or update a plugin", sudo=True),
+                Op.DELETE: Operation(delete, "Remove a plugin", sudo=True),
+            },
+            RegisterFields,
+            synopsis="Register, read or remove a plugin; the command is relative to the "
+            "plugin directory and its SHA-256 is checked before it runs.",
+        ),
     ]

@@ -40,8 +40,9 @@ class PrimaryEnableFields(msgspec.Struct, kw_only=True):
 class SecondaryTokenFields(msgspec.Struct, kw_only=True):
     id: Annotated[str, desc("unique opaque id of the secondary")]
     ttl: Annotated[Duration, desc("TTL of the activation token")] = DEFAULT_TTL
-    secondary_public_key: Annotated[str, desc(
-        "a key from secondary/generate-public-key: encrypt instead of wrapping")] = ""
+    secondary_public_key: Annotated[
+        str, desc("a key from secondary/generate-public-key: encrypt instead of wrapping")
+    ] = ""
 
 
 class IdField(msgspec.Struct, kw_only=True):
@@ -114,8 +115,7 @@ def paths(core: Core) -> list[Path]:
             return Response(data=data, warnings=[exc.message])
 
     async def enable_primary(req: Request, f: PrimaryEnableFields) -> Response:
-        return answer(await send(req, c.EnablePrimary(
-            primary_cluster_addr=f.primary_cluster_addr)))
+        return answer(await send(req, c.EnablePrimary(primary_cluster_addr=f.primary_cluster_addr)))
 
     async def demote(req: Request, _: NoFields) -> Response:
         return answer(await send(req, c.DemotePrimary()))
@@ -125,25 +125,49 @@ def paths(core: Core) -> list[Path]:
 
     async def secondary_token(req: Request, f: SecondaryTokenFields) -> Response:
         api_addr = core.settings.api_addr
-        reply = await send(req, c.SecondaryToken(id=f.id, ttl=f.ttl, api_addr=api_addr,
-                                                 secondary_public_key=f.secondary_public_key))
+        reply = await send(
+            req,
+            c.SecondaryToken(
+                id=f.id, ttl=f.ttl, api_addr=api_addr, secondary_public_key=f.secondary_public_key
+            ),
+        )
         data = reply.data or {}
         if "token" in data:  # encrypted to the secondary's key: no wrapping involved
             return Response(data={"token": data["token"]})
-        envelope = {"request_id": req.request_id, "lease_id": "", "renewable": False,
-                    "lease_duration": 0, "data": data["activation"], "wrap_info": None,
-                    "warnings": None, "auth": None}
+        envelope = {
+            "request_id": req.request_id,
+            "lease_id": "",
+            "renewable": False,
+            "lease_duration": 0,
+            "data": data["activation"],
+            "wrap_info": None,
+            "warnings": None,
+            "auth": None,
+        }
         try:
             info = await core.wrapping.wrap(ROOT, envelope, f.ttl, TOKEN_PATH)
-            bound = await send(req, c.BindToken(
-                id=f.id, wrapping_token=info["token"], wrap_accessor=info["accessor"],
-                ttl=f.ttl, creation_time=time.time(), api_addr=api_addr))
+            bound = await send(
+                req,
+                c.BindToken(
+                    id=f.id,
+                    wrapping_token=info["token"],
+                    wrap_accessor=info["accessor"],
+                    ttl=f.ttl,
+                    creation_time=time.time(),
+                    api_addr=api_addr,
+                ),
+            )
         except Exception:
             await send(req, c.RevokeSecondary(id=f.id))  # no half-issued secondary left
             raise
-        info = {"token": (bound.data or {})["token"], "accessor": info["accessor"],
-                "ttl": f.ttl, "creation_time": info["creation_time"],
-                "creation_path": TOKEN_PATH, "wrapped_accessor": ""}
+        info = {
+            "token": (bound.data or {})["token"],
+            "accessor": info["accessor"],
+            "ttl": f.ttl,
+            "creation_time": info["creation_time"],
+            "creation_path": TOKEN_PATH,
+            "wrapped_accessor": "",
+        }
         return Response(extra={"wrap_info": info})
 
     async def revoke_secondary(req: Request, f: IdField) -> Response:
@@ -159,14 +183,30 @@ def paths(core: Core) -> list[Path]:
         return answer(await send(req, c.GeneratePublicKey()))
 
     async def enable_secondary(req: Request, f: SecondaryEnableFields) -> Response:
-        return answer(await send(req, c.EnableSecondary(
-            token=f.token, primary_api_addr=f.primary_api_addr, ca_file=f.ca_file,
-            ca_path=f.ca_path)))
+        return answer(
+            await send(
+                req,
+                c.EnableSecondary(
+                    token=f.token,
+                    primary_api_addr=f.primary_api_addr,
+                    ca_file=f.ca_file,
+                    ca_path=f.ca_path,
+                ),
+            )
+        )
 
     async def promote(req: Request, f: PromoteFields) -> Response:
-        return answer(await send(req, c.Promote(
-            dr_operation_token=f.dr_operation_token, force=f.force,
-            primary_cluster_addr=f.primary_cluster_addr)), data_at_top=True)
+        return answer(
+            await send(
+                req,
+                c.Promote(
+                    dr_operation_token=f.dr_operation_token,
+                    force=f.force,
+                    primary_cluster_addr=f.primary_cluster_addr,
+                ),
+            ),
+            data_at_top=True,
+        )
 
     async def disable_secondary(req: Request, f: OperationTokenField) -> Response:
         # The operation token may also come as the client token, as Vault's CLI sends it.
@@ -174,9 +214,18 @@ def paths(core: Core) -> list[Path]:
         return answer(await send(req, c.DisableSecondary(dr_operation_token=token)))
 
     async def update_primary(req: Request, f: UpdatePrimaryFields) -> Response:
-        return answer(await send(req, c.UpdatePrimary(
-            dr_operation_token=f.dr_operation_token, token=f.token,
-            primary_api_addr=f.primary_api_addr, ca_file=f.ca_file, ca_path=f.ca_path)))
+        return answer(
+            await send(
+                req,
+                c.UpdatePrimary(
+                    dr_operation_token=f.dr_operation_token,
+                    token=f.token,
+                    primary_api_addr=f.primary_api_addr,
+                    ca_file=f.ca_file,
+                    ca_path=f.ca_path,
+                ),
+            )
+        )
 
     async def attempt_read(req: Request, _: NoFields) -> Response:
         return raw_json((await send(req, c.AttemptRead())).data)
@@ -196,52 +245,109 @@ def paths(core: Core) -> list[Path]:
         return Response()
 
     async def reindex(req: Request, f: ReindexFields) -> Response:
-        return answer(await send(req, c.Reindex(
-            dr_operation_token=f.dr_operation_token, diff=f.diff, force=f.force,
-            skip_flush=f.skip_flush)))
+        return answer(
+            await send(
+                req,
+                c.Reindex(
+                    dr_operation_token=f.dr_operation_token,
+                    diff=f.diff,
+                    force=f.force,
+                    skip_flush=f.skip_flush,
+                ),
+            )
+        )
 
     open_ = {"unauthenticated": True}
     p = PREFIX
     return [
-        Path(p + "status", {Op.READ: Operation(status, "DR replication status", **open_)},
-             synopsis="DR replication status of this cluster."),
-        Path(p + "primary/enable", write(enable_primary, "Enable DR primary"),
-             PrimaryEnableFields, synopsis="Make this cluster a DR primary."),
-        Path(p + "primary/demote", write(demote, "Demote the DR primary"),
-             synopsis="Make this DR primary a secondary that keeps its data and cluster id."),
-        Path(p + "primary/disable", write(disable_primary, "Disable DR primary"),
-             synopsis="Turn DR replication off; secondaries can no longer connect."),
-        Path(p + "primary/secondary-token",
-             write(secondary_token, "Generate a secondary activation token", sudo=True),
-             SecondaryTokenFields, synopsis="An activation token for a new DR secondary."),
-        Path(p + "primary/revoke-secondary", write(revoke_secondary, "Revoke a secondary"),
-             IdField, synopsis="Disconnect a secondary at once; it needs a new token."),
-        Path(p + "secondary/generate-public-key",
-             write(generate_public_key, "Generate a public key"),
-             synopsis="A public key the primary can encrypt an activation token to."),
-        Path(p + "secondary/enable", write(enable_secondary, "Enable DR secondary"),
-             SecondaryEnableFields,
-             synopsis="Make this cluster a DR secondary; clears all its data at once."),
-        Path(p + "secondary/promote", write(promote, "Promote the DR secondary", **open_),
-             PromoteFields, synopsis="Make this DR secondary the primary."),
-        Path(p + "secondary/disable",
-             write(disable_secondary, "Disable DR secondary", **open_), OperationTokenField,
-             synopsis="Turn DR replication off on this secondary (operation token)."),
-        Path(p + "secondary/update-primary",
-             write(update_primary, "Point the secondary at a primary", **open_),
-             UpdatePrimaryFields, synopsis="Change (or forget) the primary; keeps the data."),
-        Path(p + "secondary/generate-operation-token/attempt",
-             {Op.READ: Operation(attempt_read, "Read the attempt", **open_),
-              **write(attempt_start, "Start an attempt", **open_),
-              Op.DELETE: Operation(attempt_cancel, "Cancel the attempt", **open_)},
-             AttemptFields, synopsis="Generate a DR operation token from the primary's "
-                                     "unseal key shares."),
-        Path(p + "secondary/generate-operation-token/update",
-             write(attempt_update, "Give one key share", **open_), AttemptUpdateFields,
-             synopsis="Give one of the primary's unseal key shares to the attempt."),
-        Path(p + "secondary/operation-token/delete",
-             write(delete_op_token, "Revoke a DR operation token", **open_),
-             OperationTokenField, synopsis="Revoke a DR operation token."),
-        Path(p + "secondary/reindex", write(reindex, "Reindex the Merkle tree", **open_),
-             ReindexFields, synopsis="Rebuild the Merkle index from storage."),
+        Path(
+            p + "status",
+            {Op.READ: Operation(status, "DR replication status", **open_)},
+            synopsis="DR replication status of this cluster.",
+        ),
+        Path(
+            p + "primary/enable",
+            write(enable_primary, "Enable DR primary"),
+            PrimaryEnableFields,
+            synopsis="Make this cluster a DR primary.",
+        ),
+        Path(
+            p + "primary/demote",
+            write(demote, "Demote the DR primary"),
+            synopsis="Make this DR primary a secondary that keeps its data and cluster id.",
+        ),
+        Path(
+            p + "primary/disable",
+            write(disable_primary, "Disable DR primary"),
+            synopsis="Turn DR replication off; secondaries can no longer connect.",
+        ),
+        Path(
+            p + "primary/secondary-token",
+            write(secondary_token, "Generate a secondary activation token", sudo=True),
+            SecondaryTokenFields,
+            synopsis="An activation token for a new DR secondary.",
+        ),
+        Path(
+            p + "primary/revoke-secondary",
+            write(revoke_secondary, "Revoke a secondary"),
+            IdField,
+            synopsis="Disconnect a secondary at once; it needs a new token.",
+        ),
+        Path(
+            p + "secondary/generate-public-key",
+            write(generate_public_key, "Generate a public key"),
+            synopsis="A public key the primary can encrypt an activation token to.",
+        ),
+        Path(
+            p + "secondary/enable",
+            write(enable_secondary, "Enable DR secondary"),
+            SecondaryEnableFields,
+            synopsis="Make this cluster a DR secondary; clears all its data at once.",
+        ),
+        Path(
+            p + "secondary/promote",
+            write(promote, "Promote the DR secondary", **open_),
+            PromoteFields,
+            synopsis="Make this DR secondary the primary.",
+        ),
+        Path(
+            p + "secondary/disable",
+            write(disable_secondary, "Disable DR secondary", **open_),
+            OperationTokenField,
+            synopsis="Turn DR replication off on this secondary (operation token).",
+        ),
+        Path(
+            p + "secondary/update-primary",
+            write(update_primary, "Point the secondary at a primary", **open_),
+            UpdatePrimaryFields,
+            synopsis="Change (or forget) the primary; keeps the data.",
+        ),
+        Path(
+            p + "secondary/generate-operation-token/attempt",
+            {
+                Op.READ: Operation(attempt_read, "Read the attempt", **open_),
+                **write(attempt_start, "Start an attempt", **open_),
+                Op.DELETE: Operation(attempt_cancel, "Cancel the attempt", **open_),
+            },
+            AttemptFields,
+            synopsis="Generate a DR operation token from the primary's unseal key shares.",
+        ),
+        Path(
+            p + "secondary/generate-operation-token/update",
+            write(attempt_update, "Give one key share", **open_),
+            AttemptUpdateFields,
+            synopsis="Give one of the primary's unseal key shares to the attempt.",
+        ),
+        Path(
+            p + "secondary/operation-token/delete",
+            write(delete_op_token, "Revoke a DR operation token", **open_),
+            OperationTokenField,
+            synopsis="Revoke a DR operation token.",
+        ),
+        Path(
+            p + "secondary/reindex",
+            write(reindex, "Reindex the Merkle tree", **open_),
+            ReindexFields,
+            synopsis="Rebuild the Merkle index from storage.",
+        ),
     ]

@@ -122,6 +122,8 @@ def paths(core: Core) -> list[Path]:
         sealed = core.sealed
         if not initialized:
             code = f.uninitcode
+        elif core.replication_mode() == "secondary":
+            code = f.drsecondarycode
         elif sealed:
             code = f.sealedcode
         else:

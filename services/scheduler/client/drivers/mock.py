@@ -29,15 +29,16 @@ class _MockHandle:
         except TimeoutError:
             return ExitResult(exit_code=self._exit_code)
 
-    async def kill(self, signal_name: str, timeout: float) -> None:
+    async def kill(self, signal_name: str, grace: float) -> None:
         self._killed.set()
 
 
 class MockDriver:
     name = "mock"
 
-    async def start(self, task: dict[str, Any], config: dict[str, Any], env: dict[str, str],
-                    task_dir: str) -> _MockHandle:
+    async def start(
+        self, task: dict[str, Any], config: dict[str, Any], env: dict[str, str], task_dir: str
+    ) -> _MockHandle:
         if config.get("start_error"):
             raise DriverError(str(config["start_error"]))
         try:

@@ -27,23 +27,34 @@ class _ProcHandle:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, sig)
 
-    async def kill(self, signal_name: str, timeout: float) -> None:
+    async def kill(self, signal_name: str, grace: float) -> None:
         if self.proc.returncode is not None:
             return
         sig = getattr(signal, signal_name or "SIGTERM", signal.SIGTERM)
         self._signal_group(sig)
         try:
-            await asyncio.wait_for(self.proc.wait(), timeout)
+            await asyncio.wait_for(self.proc.wait(), grace)
         except TimeoutError:
             self._signal_group(signal.SIGKILL)
             await self.proc.wait()
 
 
+def _open_logs(task_dir: str) -> tuple[Any, Any]:
+    try:
+        return (
+            open(os.path.join(task_dir, "stdout.log"), "ab"),
+            open(os.path.join(task_dir, "stderr.log"), "ab"),
+        )
+    except OSError as exc:
+        raise DriverError(f"failed to open task logs: {exc}") from None
+
+
 class RawExecDriver:
     name = "raw_exec"
 
-    async def start(self, task: dict[str, Any], config: dict[str, Any], env: dict[str, str],
-                    task_dir: str) -> _ProcHandle:
+    async def start(
+        self, task: dict[str, Any], config: dict[str, Any], env: dict[str, str], task_dir: str
+    ) -> _ProcHandle:
         command = config.get("command")
         if not isinstance(command, str) or not command:
             raise DriverError("failed to create executor: missing command")
@@ -52,16 +63,18 @@ class RawExecDriver:
             raise DriverError("args must be a list of strings")
         os.makedirs(task_dir, exist_ok=True)
         full_env = {**os.environ, **env}
-        try:
-            stdout = open(os.path.join(task_dir, "stdout.log"), "ab")  # noqa: SIM115
-            stderr = open(os.path.join(task_dir, "stderr.log"), "ab")  # noqa: SIM115
-        except OSError as exc:
-            raise DriverError(f"failed to open task logs: {exc}") from None
+        stdout, stderr = _open_logs(task_dir)
         try:
             proc = await asyncio.create_subprocess_exec(
-                command, *[str(a) for a in args], cwd=task_dir, env=full_env,
-                stdin=asyncio.subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                start_new_session=True)
+                command,
+                *[str(a) for a in args],
+                cwd=task_dir,
+                env=full_env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+                start_new_session=True,
+            )
         except OSError as exc:
             raise DriverError(f"failed to launch command with executor: {exc}") from None
         finally:

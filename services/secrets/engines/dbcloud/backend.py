@@ -11,14 +11,14 @@ from typing import Annotated, Any
 import msgspec
 import structlog
 
+from services.secrets.engines.dbcloud.client import AdminClient
+from services.secrets.engines.dbcloud.model import DEFAULT_API_URL, Config, Role, validate
 from services.secrets.errors import SecretsError, bad_request, not_found
 from services.secrets.framework.backend import Backend, SecretType
 from services.secrets.framework.durations import format_duration
 from services.secrets.framework.fields import CommaList, Duration, desc
 from services.secrets.framework.path import NoFields, Op, Operation, Path, write
 from services.secrets.framework.request import LeaseSpec, RawResponse, Request, Response
-from services.secrets.engines.dbcloud.client import AdminClient
-from services.secrets.engines.dbcloud.model import DEFAULT_API_URL, Config, Role, validate
 
 log = structlog.get_logger("dbcloud")
 
@@ -49,36 +49,61 @@ class NameOnly(msgspec.Struct, kw_only=True):
 
 class DbCloudBackend(Backend):
     type_name = "dbcloud"
-    help_text = ("Programmatic API keys for a cloud database provider: each credential is a "
-                 "new key scoped to a role's organization or project, deleted at the provider "
-                 "when its lease ends.")
+    help_text = (
+        "Programmatic API keys for a cloud database provider: each credential is a "
+        "new key scoped to a role's organization or project, deleted at the provider "
+        "when its lease ends."
+    )
 
     def build_paths(self) -> list[Path]:
         self.secret_types[SECRET_TYPE] = SecretType(revoke=self._revoke, renew=self._renew)
         return [
-            Path("config", {Op.READ: Operation(self._read_config, "Read the configuration"),
-                            **write(self._write_config, "Configure the provider keys")},
-                 ConfigFields, synopsis="The admin API key pair the engine uses."),
-            Path(("roles", "roles/"),
-                 {Op.READ: Operation(self._roles_array, "Read every role"),
-                  Op.LIST: Operation(self._list_roles, "List roles")},
-                 synopsis="List the roles."),
-            Path("roles/{name}", {Op.READ: Operation(self._read_role, "Read a role"),
-                                  **write(self._write_role, "Create or update a role"),
-                                  Op.DELETE: Operation(self._delete_role, "Delete a role")},
-                 RoleFields, exists=self._role_exists,
-                 synopsis="Roles: the scope, provider roles and access list of keys."),
-            Path("creds/{name}", {Op.READ: Operation(self._creds, "Generate a key"),
-                                  Op.UPDATE: Operation(self._creds, "Generate a key")},
-                 NameOnly, synopsis="Generate a programmatic API key for a role."),
+            Path(
+                "config",
+                {
+                    Op.READ: Operation(self._read_config, "Read the configuration"),
+                    **write(self._write_config, "Configure the provider keys"),
+                },
+                ConfigFields,
+                synopsis="The admin API key pair the engine uses.",
+            ),
+            Path(
+                ("roles", "roles/"),
+                {
+                    Op.READ: Operation(self._roles_array, "Read every role"),
+                    Op.LIST: Operation(self._list_roles, "List roles"),
+                },
+                synopsis="List the roles.",
+            ),
+            Path(
+                "roles/{name}",
+                {
+                    Op.READ: Operation(self._read_role, "Read a role"),
+                    **write(self._write_role, "Create or update a role"),
+                    Op.DELETE: Operation(self._delete_role, "Delete a role"),
+                },
+                RoleFields,
+                exists=self._role_exists,
+                synopsis="Roles: the scope, provider roles and access list of keys.",
+            ),
+            Path(
+                "creds/{name}",
+                {
+                    Op.READ: Operation(self._creds, "Generate a key"),
+                    Op.UPDATE: Operation(self._creds, "Generate a key"),
+                },
+                NameOnly,
+                synopsis="Generate a programmatic API key for a role.",
+            ),
         ]
 
     # ---- config -----------------------------------------------------------------------------
     async def _config(self) -> Config:
         cfg = await self.storage.get_obj("config", Config)
         if cfg is None:
-            raise bad_request("the engine is not configured: write public_key and private_key "
-                              "to config first")
+            raise bad_request(
+                "the engine is not configured: write public_key and private_key to config first"
+            )
         return cfg
 
     async def _read_config(self, req: Request, _: ConfigFields) -> Response:
@@ -95,8 +120,9 @@ class DbCloudBackend(Backend):
         url = f.api_url or DEFAULT_API_URL
         if not url.startswith(("http://", "https://")):
             raise bad_request("api_url must be an http or https URL")
-        await self.storage.put_obj("config", Config(public_key=f.public_key,
-                                                    private_key=f.private_key, api_url=url))
+        await self.storage.put_obj(
+            "config", Config(public_key=f.public_key, private_key=f.private_key, api_url=url)
+        )
         return Response()
 
     # ---- roles ------------------------------------------------------------------------------
@@ -111,9 +137,19 @@ class DbCloudBackend(Backend):
             # Required on every write: the list replaces the stored one.
             raise bad_request("missing field 'roles': at least one role is required")
         role = await self._role(f.name) or Role(name=f.name)
-        changes: dict[str, Any] = {k: getattr(f, k) for k in (
-            "organization_id", "project_id", "roles", "ip_addresses", "cidr_blocks", "ttl",
-            "max_ttl") if getattr(f, k) is not None}
+        changes: dict[str, Any] = {
+            k: getattr(f, k)
+            for k in (
+                "organization_id",
+                "project_id",
+                "roles",
+                "ip_addresses",
+                "cidr_blocks",
+                "ttl",
+                "max_ttl",
+            )
+            if getattr(f, k) is not None
+        }
         role = msgspec.structs.replace(role, **changes)
         validate(role)
         await self.storage.put_obj(f"roles/{f.name}", role)
@@ -165,32 +201,47 @@ class DbCloudBackend(Backend):
             if not org_id:
                 org_id = await client.project_org(role.project_id)
             if role.ip_addresses or role.cidr_blocks:
-                await client.add_access_list(org_id, key_id, role.ip_addresses,
-                                             role.cidr_blocks)
+                await client.add_access_list(org_id, key_id, role.ip_addresses, role.cidr_blocks)
         except BaseException:
             # Nothing half created: a key without its access list must not survive.
             await self._delete_key(client, org_id, role.project_id, key_id, quiet=True)
             raise
-        internal = {"api_key_id": key_id, "organization_id": org_id,
-                    "project_id": role.project_id, "role": f.name}
+        internal = {
+            "api_key_id": key_id,
+            "organization_id": org_id,
+            "project_id": role.project_id,
+            "role": f.name,
+        }
         ttl = self._effective_ttl(req, role)
         return Response(
-            data={"description": description, "public_key": key.get("publicKey", ""),
-                  "private_key": key["privateKey"], "lease_duration": format_duration(ttl),
-                  "lease_renewable": True},
-            lease=LeaseSpec(ttl=role.ttl, max_ttl=role.max_ttl, renewable=True,
-                            internal=internal, secret_type=SECRET_TYPE))
+            data={
+                "description": description,
+                "public_key": key.get("publicKey", ""),
+                "private_key": key["privateKey"],
+                "lease_duration": format_duration(ttl),
+                "lease_renewable": True,
+            },
+            lease=LeaseSpec(
+                ttl=role.ttl,
+                max_ttl=role.max_ttl,
+                renewable=True,
+                internal=internal,
+                secret_type=SECRET_TYPE,
+            ),
+        )
 
     def _effective_ttl(self, req: Request, role: Role) -> int:
         """The lease duration the core will grant (same rule as the dispatcher)."""
         mount = req.mount
         default_ttl, max_ttl = self.core.tokens.ttl_limits(
             mount.config.default_lease_ttl if mount else 0,
-            mount.config.max_lease_ttl if mount else 0)
+            mount.config.max_lease_ttl if mount else 0,
+        )
         return min(role.ttl or default_ttl, role.max_ttl or max_ttl, max_ttl)
 
-    async def _delete_key(self, client: AdminClient, org_id: str, project_id: str,
-                          key_id: str, *, quiet: bool = False) -> None:
+    async def _delete_key(
+        self, client: AdminClient, org_id: str, project_id: str, key_id: str, *, quiet: bool = False
+    ) -> None:
         try:
             if project_id:
                 await client.unassign_project_key(project_id, key_id)
@@ -204,9 +255,12 @@ class DbCloudBackend(Backend):
     async def _revoke(self, internal: dict[str, Any]) -> None:
         cfg = await self._config()
         client = AdminClient(cfg.api_url, cfg.public_key, cfg.private_key)
-        await self._delete_key(client, str(internal.get("organization_id", "")),
-                               str(internal.get("project_id", "")),
-                               str(internal.get("api_key_id", "")))
+        await self._delete_key(
+            client,
+            str(internal.get("organization_id", "")),
+            str(internal.get("project_id", "")),
+            str(internal.get("api_key_id", "")),
+        )
 
     async def _renew(self, internal: dict[str, Any], ttl: int) -> int:
         # The lease manager caps the new expiry at the lease's max_ttl.

@@ -3,6 +3,7 @@ public/private key pair. Every failure becomes a 502 with the provider's reason.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -28,9 +29,12 @@ class AdminClient:
         try:
             # A middleware per call: it keeps the nonce and counter of one digest exchange.
             auth = aiohttp.DigestAuthMiddleware(self.public_key, self.private_key)
-            async with aiohttp.ClientSession(timeout=TIMEOUT, middlewares=(auth,)) as s, \
-                    s.request(method, self.base + path, json=body,
-                              headers={"Accept": "application/json"}) as r:
+            async with (
+                aiohttp.ClientSession(timeout=TIMEOUT, middlewares=(auth,)) as s,
+                s.request(
+                    method, self.base + path, json=body, headers={"Accept": "application/json"}
+                ) as r,
+            ):
                 text = await r.text()
                 if r.status == 404:
                     raise NotFound(_reason(text, r.status))
@@ -47,30 +51,28 @@ class AdminClient:
     async def create_org_key(self, org_id: str, desc: str, roles: list[str]) -> dict[str, Any]:
         return await self._must(f"/orgs/{org_id}/apiKeys", {"desc": desc, "roles": roles})
 
-    async def create_project_key(self, project_id: str, desc: str,
-                                 roles: list[str]) -> dict[str, Any]:
+    async def create_project_key(
+        self, project_id: str, desc: str, roles: list[str]
+    ) -> dict[str, Any]:
         return await self._must(f"/groups/{project_id}/apiKeys", {"desc": desc, "roles": roles})
 
     async def project_org(self, project_id: str) -> str:
         group = await self._get(f"/groups/{project_id}")
         return str(group.get("orgId", ""))
 
-    async def add_access_list(self, org_id: str, key_id: str, ips: list[str],
-                              cidrs: list[str]) -> None:
+    async def add_access_list(
+        self, org_id: str, key_id: str, ips: list[str], cidrs: list[str]
+    ) -> None:
         entries = [{"ipAddress": ip} for ip in ips] + [{"cidrBlock": c} for c in cidrs]
         await self._must(f"/orgs/{org_id}/apiKeys/{key_id}/accessList", entries)
 
     async def delete_org_key(self, org_id: str, key_id: str) -> None:
-        try:
+        with contextlib.suppress(NotFound):  # already gone: that is what we wanted
             await self._call("DELETE", f"/orgs/{org_id}/apiKeys/{key_id}")
-        except NotFound:
-            pass  # already gone: that is what we wanted
 
     async def unassign_project_key(self, project_id: str, key_id: str) -> None:
-        try:
+        with contextlib.suppress(NotFound):
             await self._call("DELETE", f"/groups/{project_id}/apiKeys/{key_id}")
-        except NotFound:
-            pass
 
     async def _must(self, path: str, body: Any) -> dict[str, Any]:
         try:

@@ -34,10 +34,16 @@ class Role(msgspec.Struct, kw_only=True):
     max_ttl: int = 0
 
     def to_json(self) -> dict[str, object]:
-        return {"name": self.name, "organization_id": self.organization_id,
-                "project_id": self.project_id, "roles": self.roles,
-                "ip_addresses": self.ip_addresses, "cidr_blocks": self.cidr_blocks,
-                "ttl": format_duration(self.ttl), "max_ttl": format_duration(self.max_ttl)}
+        return {
+            "name": self.name,
+            "organization_id": self.organization_id,
+            "project_id": self.project_id,
+            "roles": self.roles,
+            "ip_addresses": self.ip_addresses,
+            "cidr_blocks": self.cidr_blocks,
+            "ttl": format_duration(self.ttl),
+            "max_ttl": format_duration(self.max_ttl),
+        }
 
 
 def validate(role: Role) -> None:
@@ -46,12 +52,15 @@ def validate(role: Role) -> None:
         raise bad_request("exactly one of organization_id and project_id is required")
     if not role.roles:
         raise bad_request("at least one role is required in 'roles'")
-    prefix, scope = ((ORG_PREFIX, "an organization") if role.organization_id
-                     else (PROJECT_PREFIX, "a project"))
+    prefix, scope = (
+        (ORG_PREFIX, "an organization") if role.organization_id else (PROJECT_PREFIX, "a project")
+    )
     wrong = [r for r in role.roles if not r.startswith(prefix) or r == prefix]
     if wrong:
-        raise bad_request(f"roles not valid for {scope}: {', '.join(wrong)} "
-                          f"(roles for {scope} start with {prefix})")
+        raise bad_request(
+            f"roles not valid for {scope}: {', '.join(wrong)} "
+            f"(roles for {scope} start with {prefix})"
+        )
     if role.ip_addresses and role.cidr_blocks:
         raise bad_request("ip_addresses and cidr_blocks are mutually exclusive")
     for ip in role.ip_addresses:

@@ -7,6 +7,7 @@ from typing import Any
 from services.crypto.client import crypto_call
 from services.secrets.engines.pki import (
     ca,
+    certs,
     crl,
     fetch,
     issue,
@@ -18,17 +19,18 @@ from services.secrets.engines.pki import (
     tidy,
     urls,
 )
+from services.secrets.engines.pki.cache import ConfigCache
 from services.secrets.engines.pki.roles import Role
 from services.secrets.errors import SecretsError, bad_request
-from services.secrets.framework.backend import Backend, SecretType
-from services.secrets.framework.path import Path
+from services.secrets.framework.backend import Backend, Routed, SecretType
+from services.secrets.framework.path import Op, Path
+from services.secrets.framework.request import Request, Response
 from shared.errors import ServiceError
 
 # Per attempt; crypto_call retries on another worker when a worker vanishes. Generous because a
 # request may queue behind others on a busy worker (tests lower it to exercise worker loss).
 CALL_TIMEOUT = 30.0
 SLOW_CALL_TIMEOUT = 120.0  # RSA-4096 key generation
-SECRET_TYPE = "pki"
 
 
 class PKIBackend(Backend):
@@ -39,9 +41,10 @@ class PKIBackend(Backend):
     )
 
     def build_paths(self) -> list[Path]:
+        self.cfg = ConfigCache(self.storage)
         self.issuers = issuers.IssuerStore(self)
         self.crls = crl.CrlManager(self)
-        self.secret_types[SECRET_TYPE] = SecretType(revoke=self._revoke_lease)
+        self.secret_types[certs.SECRET_TYPE] = SecretType(revoke=self._revoke_lease)
         return [
             *roles.paths(self),
             *ca.paths(self),
@@ -56,6 +59,10 @@ class PKIBackend(Backend):
             *tidy.paths(self),
         ]
 
+    async def call(self, routed: Routed, op: Op, req: Request, fields: Any) -> Response:
+        await self.cfg.refresh()  # one read tells whether this replica's cache is current
+        return await super().call(routed, op, req, fields)
+
     async def crypto(self, op: str, args: dict[str, Any], *, slow: bool = False) -> Any:
         """Run one crypto op on a worker; its refusals become 400s naming the problem."""
         timeout = SLOW_CALL_TIMEOUT if slow else CALL_TIMEOUT
@@ -69,7 +76,7 @@ class PKIBackend(Backend):
             raise SecretsError(exc.code, exc.message) from None
 
     async def get_role(self, name: str) -> Role | None:
-        return await self.storage.get_obj(f"role/{name}", Role)
+        return await self.cfg.get_obj(f"role/{name}", Role)
 
     async def require_role(self, name: str) -> Role:
         role = await self.get_role(name)
@@ -87,4 +94,5 @@ class PKIBackend(Backend):
     async def _revoke_lease(self, internal: dict[str, Any]) -> None:
         serial = internal.get("serial_number", "")
         if serial:
+            await self.cfg.refresh()
             await revoke.revoke_serial(self, serial, quiet=True)

@@ -52,7 +52,7 @@ class CrlManager:
         self.b = backend
 
     async def config(self) -> CrlConfig:
-        return await self.b.storage.get_obj("config/crl", CrlConfig) or CrlConfig()
+        return await self.b.cfg.get_obj("config/crl", CrlConfig) or CrlConfig()
 
     async def state(self, issuer_id: str) -> CrlState | None:
         return await self.b.storage.get_obj(f"crl/{issuer_id}", CrlState)
@@ -174,7 +174,7 @@ def paths(b: PKIBackend) -> list[Path]:
         cfg = msgspec.convert(current, CrlConfig)
         if cfg.expiry <= 0:
             raise bad_request("expiry must be a positive duration")
-        await b.storage.put_obj("config/crl", cfg)
+        await b.cfg.put("config/crl", cfg)
         await b.crls.rotate_all()
         return Response(data=config_data(cfg))
 

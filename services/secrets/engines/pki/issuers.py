@@ -58,30 +58,26 @@ class IssuerStore:
     def __init__(self, backend: PKIBackend) -> None:
         self.b = backend
 
-    @property
-    def storage(self) -> Any:
-        return self.b.storage
-
     # ---- issuers ------------------------------------------------------------------------
     async def get(self, issuer_id: str) -> IssuerEntry | None:
-        return await self.storage.get_obj(f"issuer/{issuer_id}", IssuerEntry)
+        return await self.b.cfg.get_obj(f"issuer/{issuer_id}", IssuerEntry)
 
     async def all(self) -> list[IssuerEntry]:
         out = []
-        for iid in await self.storage.list("issuer/"):
+        for iid in await self.b.cfg.list("issuer/"):
             entry = await self.get(iid)
             if entry is not None:
                 out.append(entry)
         return sorted(out, key=lambda e: e.created)
 
     async def save(self, entry: IssuerEntry) -> None:
-        await self.storage.put_obj(f"issuer/{entry.id}", entry)
+        await self.b.cfg.put(f"issuer/{entry.id}", entry)
 
     async def config(self) -> IssuersConfig:
-        return await self.storage.get_obj("config/issuers", IssuersConfig) or IssuersConfig()
+        return await self.b.cfg.get_obj("config/issuers", IssuersConfig) or IssuersConfig()
 
     async def save_config(self, cfg: IssuersConfig) -> None:
-        await self.storage.put_obj("config/issuers", cfg)
+        await self.b.cfg.put("config/issuers", cfg)
 
     async def resolve(self, ref: str) -> IssuerEntry:
         """An issuer by id, name or `default`; 400 naming the reference when there is none."""
@@ -166,18 +162,18 @@ class IssuerStore:
 
     # ---- keys ---------------------------------------------------------------------------
     async def get_key(self, key_id: str) -> KeyEntry | None:
-        return await self.storage.get_obj(f"key/{key_id}", KeyEntry)
+        return await self.b.cfg.get_obj(f"key/{key_id}", KeyEntry)
 
     async def all_keys(self) -> list[KeyEntry]:
         out = []
-        for kid in await self.storage.list("key/"):
+        for kid in await self.b.cfg.list("key/"):
             entry = await self.get_key(kid)
             if entry is not None:
                 out.append(entry)
         return out
 
     async def keys_config(self) -> KeysConfig:
-        return await self.storage.get_obj("config/keys", KeysConfig) or KeysConfig()
+        return await self.b.cfg.get_obj("config/keys", KeysConfig) or KeysConfig()
 
     async def resolve_key(self, ref: str) -> KeyEntry:
         ref = (ref or "default").strip()
@@ -197,10 +193,10 @@ class IssuerStore:
         raise bad_request(f"unable to find PKI key for reference: {ref}")
 
     async def add_key(self, entry: KeyEntry) -> None:
-        await self.storage.put_obj(f"key/{entry.id}", entry)
+        await self.b.cfg.put(f"key/{entry.id}", entry)
         cfg = await self.keys_config()
         if not cfg.default:
-            await self.storage.put_obj("config/keys", KeysConfig(default=entry.id))
+            await self.b.cfg.put("config/keys", KeysConfig(default=entry.id))
 
     async def key_name_taken(self, name: str, except_id: str = "") -> bool:
         return bool(name) and any(
@@ -362,7 +358,7 @@ def paths(b: PKIBackend) -> list[Path]:
             entry = await store.resolve(f.issuer_ref)
         except SecretsError:
             return Response()  # deleting what is not there is not an error
-        await b.storage.delete(f"issuer/{entry.id}")
+        await b.cfg.delete(f"issuer/{entry.id}")
         await b.storage.delete(f"crl/{entry.id}")
         warnings = []
         cfg = await store.config()
@@ -421,11 +417,13 @@ def paths(b: PKIBackend) -> list[Path]:
         return await write_config(req, IssuersConfigFields(default=f.default))
 
     async def delete_root(req: Request, f: NoFields) -> Response:
-        for prefix in ("issuer/", "key/", "crl/"):
+        for name in await b.storage.list("crl/"):
+            await b.storage.delete("crl/" + name)
+        for prefix in ("issuer/", "key/"):
             for name in await b.storage.list(prefix):
-                await b.storage.delete(prefix + name)
+                await b.cfg.delete(prefix + name)
         for cfg in ("config/issuers", "config/keys"):
-            await b.storage.delete(cfg)
+            await b.cfg.delete(cfg)
         return Response()
 
     return [

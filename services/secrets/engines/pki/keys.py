@@ -120,7 +120,7 @@ def paths(b: PKIBackend) -> list[Path]:
         if await store.key_name_taken(name, entry.id):
             raise bad_request(f"key name {name!r} is already in use")
         entry = msgspec.structs.replace(entry, name=name)
-        await b.storage.put_obj(f"key/{entry.id}", entry)
+        await b.cfg.put(f"key/{entry.id}", entry)
         return Response(data=key_data(entry))
 
     async def delete(req: Request, f: KeyRef) -> Response:
@@ -133,11 +133,11 @@ def paths(b: PKIBackend) -> list[Path]:
             raise bad_request(
                 "the key is still used by issuers " + ", ".join(users) + "; delete them first"
             )
-        await b.storage.delete(f"key/{entry.id}")
+        await b.cfg.delete(f"key/{entry.id}")
         cfg = await store.keys_config()
         warnings = []
         if cfg.default == entry.id:
-            await b.storage.put_obj("config/keys", KeysConfig())
+            await b.cfg.put("config/keys", KeysConfig())
             warnings.append("Deleted key was the default key; set a new one with config/keys.")
         return Response(warnings=warnings)
 
@@ -183,7 +183,7 @@ def paths(b: PKIBackend) -> list[Path]:
         if not f.default:
             raise bad_request("missing required field 'default'")
         entry = await store.resolve_key(f.default)
-        await b.storage.put_obj("config/keys", KeysConfig(default=entry.id))
+        await b.cfg.put("config/keys", KeysConfig(default=entry.id))
         return Response(data={"default": entry.id})
 
     return [

@@ -169,7 +169,7 @@ def paths(b: PKIBackend) -> list[Path]:
             raise bad_request(f"invalid role name {f.name!r}")
         role = normalize(f)
         await check_issuer_ref(b, role)
-        await b.storage.put_obj(f"role/{role.name}", role)
+        await b.cfg.put(f"role/{role.name}", role)
         return Response(data=role_data(role))
 
     async def patch(req: Request, f: Role) -> Response:
@@ -181,17 +181,19 @@ def paths(b: PKIBackend) -> list[Path]:
         for key in req.data:
             if key in given:
                 merged[key] = given[key]
+        if "key_type" in req.data and "key_bits" not in req.data:
+            merged["key_bits"] = 0  # the old type's size means nothing for the new type
         role = normalize(msgspec.convert(merged, Role))
         await check_issuer_ref(b, role)
-        await b.storage.put_obj(f"role/{role.name}", role)
+        await b.cfg.put(f"role/{role.name}", role)
         return Response(data=role_data(role))
 
     async def delete(req: Request, f: Role) -> Response:
-        await b.storage.delete(f"role/{f.name}")
+        await b.cfg.delete(f"role/{f.name}")
         return Response()
 
     async def listing(req: Request, f: NoFields) -> Response:
-        keys = await b.storage.list("role/")
+        keys = await b.cfg.list("role/")
         if not keys:
             raise not_found()
         return Response(data={"keys": keys})

@@ -68,6 +68,7 @@ class Tidier:
 
     async def _tidy(self, f: TidyFields, s: TidyStatus) -> None:
         b = self.b
+        await b.cfg.refresh()
         cutoff = time.time() - f.safety_buffer
         if f.tidy_cert_store:
             names = await b.storage.list("certs/")

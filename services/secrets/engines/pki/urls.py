@@ -39,7 +39,7 @@ class ClusterFields(msgspec.Struct, kw_only=True):
 
 
 async def urls_config(b: PKIBackend) -> UrlsConfig:
-    return await b.storage.get_obj("config/urls", UrlsConfig) or UrlsConfig()
+    return await b.cfg.get_obj("config/urls", UrlsConfig) or UrlsConfig()
 
 
 async def aia_for(b: PKIBackend, issuer: IssuerEntry) -> dict[str, list[str]]:
@@ -54,7 +54,7 @@ async def aia_for(b: PKIBackend, issuer: IssuerEntry) -> dict[str, list[str]]:
         values = {f: getattr(cfg, f) for f in URL_FIELDS}
         templated = cfg.enable_templating
     if templated:
-        cluster = await b.storage.get_obj("config/cluster", ClusterConfig) or ClusterConfig()
+        cluster = await b.cfg.get_obj("config/cluster", ClusterConfig) or ClusterConfig()
         values = {f: [_fill(u, issuer.id, cluster) for u in v] for f, v in values.items()}
     return {
         "issuing_certificates": values["issuing_certificates"],
@@ -95,16 +95,16 @@ def paths(b: PKIBackend) -> list[Path]:
                         raise bad_request(
                             f"{field} value {url!r} is a template but enable_templating is false"
                         )
-        await b.storage.put_obj("config/urls", updated)
+        await b.cfg.put("config/urls", updated)
         return Response(data=msgspec.to_builtins(updated))
 
     async def read_cluster(req: Request, f: NoFields) -> Response:
-        cfg = await b.storage.get_obj("config/cluster", ClusterConfig) or ClusterConfig()
+        cfg = await b.cfg.get_obj("config/cluster", ClusterConfig) or ClusterConfig()
         return Response(data=msgspec.to_builtins(cfg))
 
     async def write_cluster(req: Request, f: ClusterFields) -> Response:
         cfg = ClusterConfig(path=f.path, aia_path=f.aia_path)
-        await b.storage.put_obj("config/cluster", cfg)
+        await b.cfg.put("config/cluster", cfg)
         return Response(data=msgspec.to_builtins(cfg))
 
     return [

@@ -73,7 +73,11 @@ def paths(b: SSHBackend) -> list[Path]:
         if _import_choice(f):
             pair = await b.crypto(
                 "ssh_generate_key",
-                {"key_type": f.key_type, "key_bits": f.key_bits, "purpose": "ca"},
+                {
+                    "key_type": f.key_type or DEFAULT_CA_KEY_TYPE,
+                    "key_bits": f.key_bits,
+                    "purpose": "ca",
+                },
             )
             await store.put_ca(
                 CAKeys(public_key=pair["public_key"], private_key=pair["private_key"])
@@ -185,7 +189,7 @@ def paths(b: SSHBackend) -> list[Path]:
             {
                 **args,
                 "ca_private_key": ca.private_key,
-                "key_type": f.key_type,
+                "key_type": f.key_type or "rsa",
                 "key_bits": f.key_bits,
             },
         )

@@ -153,7 +153,7 @@ def build_role(f: RoleFields) -> SSHRole:
     port = f.port or 22
     if not 0 < port < 65536:
         raise RoleError(f"invalid port {f.port}")
-    common = {
+    common: dict[str, Any] = {
         "default_user": f.default_user,
         "cidr_list": f.cidr_list,
         "exclude_cidr_list": f.exclude_cidr_list,

@@ -1,0 +1,78 @@
+"""Per-replica cache of the PKI configuration read on every issue: roles, issuers, keys and the
+`config/*` entries. Issuing would otherwise cost five storage round trips before any crypto.
+
+Every write to a cached entry goes through here and then stores a new random
+`config/generation`. Each request first reads only that key (`refresh`); if it moved, this
+replica drops what it cached. So a change made on any replica is seen by the next request on
+every replica, at the price of one storage read per request instead of five.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
+
+if TYPE_CHECKING:
+    from services.secrets.core.barrier import BarrierView
+
+T = TypeVar("T")
+GENERATION = "config/generation"
+_UNSET = b"\x00unset"
+_json = msgspec.json.Encoder()
+
+
+class ConfigCache:
+    def __init__(self, storage: BarrierView) -> None:
+        self.storage = storage
+        self.generation: bytes | None = _UNSET
+        # Bumped on every drop: a read that started before a drop must not refill the cache.
+        self.epoch = 0
+        # Raw (decrypted) bytes, decoded on each use so callers can never alter a cached value.
+        self.raw: dict[str, bytes | None] = {}
+        self.lists: dict[str, list[str]] = {}
+
+    def _drop(self) -> None:
+        self.raw.clear()
+        self.lists.clear()
+        self.epoch += 1
+
+    async def refresh(self) -> None:
+        generation = await self.storage.get(GENERATION)
+        if generation != self.generation:
+            self._drop()
+            self.generation = generation
+
+    async def get_obj(self, path: str, kind: type[T]) -> T | None:
+        if path in self.raw:
+            data = self.raw[path]
+        else:
+            epoch = self.epoch
+            data = await self.storage.get(path)
+            if epoch == self.epoch:
+                self.raw[path] = data
+        return None if data is None else msgspec.json.decode(data, type=kind)
+
+    async def list(self, prefix: str) -> list[str]:
+        if prefix in self.lists:
+            return list(self.lists[prefix])
+        epoch = self.epoch
+        names = await self.storage.list(prefix)
+        if epoch == self.epoch:
+            self.lists[prefix] = names
+        return list(names)
+
+    async def put(self, path: str, obj: Any) -> None:
+        await self.storage.put(path, _json.encode(obj))
+        await self._bump()
+
+    async def delete(self, path: str) -> None:
+        await self.storage.delete(path)
+        await self._bump()
+
+    async def _bump(self) -> None:
+        generation = uuid.uuid4().hex.encode()
+        await self.storage.put(GENERATION, generation)
+        self._drop()
+        self.generation = generation
