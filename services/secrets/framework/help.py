@@ -6,13 +6,25 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from services.secrets.framework.fields import field_specs
 from services.secrets.framework.openapi import document
 
 if TYPE_CHECKING:
     from services.secrets.core.namespaces import Namespace
     from services.secrets.framework.backend import Backend
     from services.secrets.framework.path import Path
+
+
+def _description(t: msgspec.inspect.Type) -> str:
+    """The `desc()` text of a field, looking through Optional and nested metadata."""
+    if isinstance(t, msgspec.inspect.Metadata):
+        text = (t.extra_json_schema or {}).get("description", "")
+        return text or _description(t.type)
+    if isinstance(t, msgspec.inspect.UnionType):
+        for member in t.types:
+            text = _description(member)
+            if text:
+                return text
+    return ""
 
 
 def _markdown(backend: Backend, paths: list[Path], where: str) -> str:
@@ -25,23 +37,15 @@ def _markdown(backend: Backend, paths: list[Path], where: str) -> str:
             lines.append(p.synopsis)
         if p.description:
             lines += ["", p.description.strip()]
-        ops = ", ".join(o.value for o in p.operations)
-        lines.append(f"\nOperations: {ops}")
-        specs = field_specs(p.fields)
-        if specs:
+        lines.append(f"\nOperations: {', '.join(o.value for o in p.operations)}")
+        info = msgspec.inspect.type_info(p.fields)
+        fields = getattr(info, "fields", ())
+        if fields:
             lines.append("\nParameters:")
-            for f in msgspec.structs.fields(p.fields):
-                info = msgspec.inspect.type_info(p.fields)
-                doc = next((fld.type for fld in info.fields if fld.name == f.name), None)
-                text = getattr(doc, "extra_json_schema", None)
-                desc = ""
-                if isinstance(doc, msgspec.inspect.Metadata) and doc.extra_json_schema:
-                    desc = doc.extra_json_schema.get("description", "")
-                if isinstance(doc, msgspec.inspect.Metadata):
-                    desc = desc or getattr(doc, "description", "") or ""
-                del text
+            for f in fields:
+                text = _description(f.type)
                 required = " (required)" if f.required else ""
-                lines.append(f"- `{f.encode_name}`{required}{': ' + desc if desc else ''}")
+                lines.append(f"- `{f.encode_name}`{required}{': ' + text if text else ''}")
         lines.append("")
     return "\n".join(lines)
 
