@@ -42,11 +42,27 @@ def trellis_dev(*extra: str) -> Iterator[Dev]:
     ports = [free_port() for _ in range(3)]
     data = tempfile.mkdtemp(prefix="trellis-bench-")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "dev", "--data-dir", data,
-         "--secrets-addr", f"127.0.0.1:{ports[0]}", "--workspace-addr", f"127.0.0.1:{ports[1]}",
-         "--scheduler-addr", f"127.0.0.1:{ports[2]}", *extra],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "dev",
+            "--data-dir",
+            data,
+            "--secrets-addr",
+            f"127.0.0.1:{ports[0]}",
+            "--workspace-addr",
+            f"127.0.0.1:{ports[1]}",
+            "--scheduler-addr",
+            f"127.0.0.1:{ports[2]}",
+            *extra,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     token = ""
     deadline = time.monotonic() + 120
     assert proc.stdout is not None
@@ -60,8 +76,13 @@ def trellis_dev(*extra: str) -> Iterator[Dev]:
         proc.kill()
         raise SystemExit("trellis dev did not start")
     try:
-        yield Dev(f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}",
-                  f"http://127.0.0.1:{ports[2]}", token, proc)
+        yield Dev(
+            f"http://127.0.0.1:{ports[0]}",
+            f"http://127.0.0.1:{ports[1]}",
+            f"http://127.0.0.1:{ports[2]}",
+            token,
+            proc,
+        )
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -90,8 +111,12 @@ class Result:
         return xs[min(len(xs) - 1, int(p / 100 * len(xs)))] * 1000
 
 
-async def closed_loop(name: str, concurrency: int, seconds: float,
-                      call: Callable[[aiohttp.ClientSession, int], Awaitable[bool]]) -> Result:
+async def closed_loop(
+    name: str,
+    concurrency: int,
+    seconds: float,
+    call: Callable[[aiohttp.ClientSession, int], Awaitable[bool]],
+) -> Result:
     """`concurrency` clients each send a request as soon as the last one is answered."""
     lat: list[float] = []
     errors = 0
@@ -99,6 +124,7 @@ async def closed_loop(name: str, concurrency: int, seconds: float,
     stop_at = time.perf_counter() + seconds
     conn = aiohttp.TCPConnector(limit=concurrency * 2)
     async with aiohttp.ClientSession(connector=conn) as session:
+
         async def client(i: int) -> None:
             nonlocal errors, count
             n = 0
@@ -110,6 +136,7 @@ async def closed_loop(name: str, concurrency: int, seconds: float,
                 count += 1
                 if not ok:
                     errors += 1
+
         t0 = time.perf_counter()
         await asyncio.gather(*(client(i) for i in range(concurrency)))
         elapsed = time.perf_counter() - t0
@@ -117,10 +144,14 @@ async def closed_loop(name: str, concurrency: int, seconds: float,
 
 
 def report(results: list[Result], baseline: dict[int, Result]) -> None:
-    print(f"{'case':<18}{'clients':>8}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
-          f"{'vs echo':>9}")
+    print(
+        f"{'case':<18}{'clients':>8}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
+        f"{'vs echo':>9}"
+    )
     for r in results:
         base = baseline.get(r.concurrency)
         ratio = r.rate / base.rate if base and base.rate else 0.0
-        print(f"{r.name:<18}{r.concurrency:>8}{r.rate:>10.0f}{r.pct(50):>9.2f}{r.pct(99):>9.2f}"
-              f"{r.errors:>8}{ratio:>9.2f}")
+        print(
+            f"{r.name:<18}{r.concurrency:>8}{r.rate:>10.0f}{r.pct(50):>9.2f}{r.pct(99):>9.2f}"
+            f"{r.errors:>8}{ratio:>9.2f}"
+        )

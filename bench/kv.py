@@ -17,15 +17,18 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import Result, closed_loop, report, trellis_dev  # noqa: E402
+from bench._common import Result, closed_loop, report, trellis_dev
 
 
 async def run(base: str, token: str, seconds: float, clients: list[int]) -> None:
     hdr = {"X-Vault-Token": token}
     async with aiohttp.ClientSession() as s:
         for i in range(64):
-            async with s.post(f"{base}/v1/secret/data/bench/{i}", headers=hdr,
-                              json={"data": {"password": "p" * 32, "n": i}}) as r:
+            async with s.post(
+                f"{base}/v1/secret/data/bench/{i}",
+                headers=hdr,
+                json={"data": {"password": "p" * 32, "n": i}},
+            ) as r:
                 assert r.status == 200, await r.text()
 
     async def echo(session: aiohttp.ClientSession, n: int) -> bool:
@@ -39,8 +42,9 @@ async def run(base: str, token: str, seconds: float, clients: list[int]) -> None
             return r.status == 200
 
     async def write(session: aiohttp.ClientSession, n: int) -> bool:
-        async with session.post(f"{base}/v1/secret/data/w/{n % 256}", headers=hdr,
-                                json={"data": {"v": n}}) as r:
+        async with session.post(
+            f"{base}/v1/secret/data/w/{n % 256}", headers=hdr, json={"data": {"v": n}}
+        ) as r:
             await r.read()
             return r.status == 200
 
@@ -50,8 +54,11 @@ async def run(base: str, token: str, seconds: float, clients: list[int]) -> None
         # Warm up once per level, then measure echo, read and write back to back.
         await closed_loop("warmup", c, 0.5, echo)
         baseline[c] = await closed_loop("echo", c, seconds, echo)
-        results += [baseline[c], await closed_loop("kv2 read", c, seconds, read),
-                    await closed_loop("kv2 write", c, seconds, write)]
+        results += [
+            baseline[c],
+            await closed_loop("kv2 read", c, seconds, read),
+            await closed_loop("kv2 write", c, seconds, write),
+        ]
     report(results, baseline)
     for c in clients:
         r = next(x for x in results if x.name == "kv2 read" and x.concurrency == c)

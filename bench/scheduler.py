@@ -45,7 +45,9 @@ async def timed(session: aiohttp.ClientSession, method: str, url: str, body: Any
     async with session.request(method, url, json=body) as r:
         await r.read()
         if r.status != 200:
-            raise RuntimeError(f"{method} {url}: {r.status} {await r.text()}")
+            text = await r.text()
+            print(f"{method} {url}: {r.status} {text}", flush=True)
+            raise RuntimeError(f"{method} {url}: {r.status} {text}")
     return time.perf_counter() - start
 
 

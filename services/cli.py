@@ -31,17 +31,23 @@ def main(argv: list[str] | None = None) -> None:
     dev.add_argument("--workspace-addr", default="127.0.0.1:8800")
     dev.add_argument("--scheduler-addr", default="127.0.0.1:4646")
     dev.add_argument("--nats-url", default="", help="use this NATS instead of starting one")
-    dev.add_argument("--cluster-addr", default="",
-                     help="DR replication listener (default: a free port on 127.0.0.1)")
+    dev.add_argument(
+        "--cluster-addr",
+        default="",
+        help="DR replication listener (default: a free port on 127.0.0.1)",
+    )
     dev.add_argument("--plugin-directory", default="")
     dev.add_argument("--cluster-name", default="trellis")
     dev.add_argument("--acl", action="store_true", help="turn on scheduler ACLs")
     dev.add_argument("--log-json", action="store_true")
     dev.add_argument("--secrets-replicas", type=int, default=1)
     dev.add_argument("--crypto-processes", type=int, default=1)
-    dev.add_argument("--services", default="all",
-                     help="comma list of services beside secrets and the gateway "
-                          "(crypto,workspace,scheduler,client) or 'all'")
+    dev.add_argument(
+        "--services",
+        default="all",
+        help="comma list of services beside secrets and the gateway "
+        "(crypto,workspace,scheduler,client) or 'all'",
+    )
 
     run = sub.add_parser("run", help="run one service")
     run.add_argument("service", choices=sorted(SERVICES))
@@ -71,8 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.service == "client":
         options.update(simulate=args.simulate, datacenter=args.datacenter)
     _use_uvloop()
-    asyncio.run(run_service(args.service, settings, health_addr=args.health_addr,
-                            options=options))
+    asyncio.run(run_service(args.service, settings, health_addr=args.health_addr, options=options))
 
 
 if __name__ == "__main__":

@@ -65,8 +65,10 @@ def _wait(what: str, check: Any, timeout: float = 60.0, procs: list[Any] | None 
                 return
         for p in procs or []:
             if p.proc.poll() is not None:
-                raise SystemExit(f"{p.name} exited with {p.proc.returncode} while waiting for "
-                                 f"{what}; see {p.log}")
+                raise SystemExit(
+                    f"{p.name} exited with {p.proc.returncode} while waiting for "
+                    f"{what}; see {p.log}"
+                )
         time.sleep(0.1)
     raise SystemExit(f"timed out waiting for {what}")
 
@@ -88,17 +90,32 @@ class Supervisor:
     def spawn(self, name: str, argv: list[str], extra_env: dict[str, str] | None = None) -> Child:
         log = self.log_dir / f"{name}.log"
         out = None if self.inherit_output else open(log, "ab")  # noqa: SIM115
-        proc = subprocess.Popen(argv, env={**self.env, **(extra_env or {})}, stdout=out,
-                                stderr=subprocess.STDOUT if out else None,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            env={**self.env, **(extra_env or {})},
+            stdout=out,
+            stderr=subprocess.STDOUT if out else None,
+            start_new_session=True,
+        )
         child = Child(name, proc, log)
         self.children.append(child)
         return child
 
     def service(self, name: str, *args: str, extra_env: dict[str, str] | None = None) -> Child:
-        return self.spawn(name, [sys.executable, "-m", "services.cli", "run", name.split("#")[0],
-                                 "--health-addr", f"127.0.0.1:{_free_port()}", *args],
-                          extra_env)
+        return self.spawn(
+            name,
+            [
+                sys.executable,
+                "-m",
+                "services.cli",
+                "run",
+                name.split("#")[0],
+                "--health-addr",
+                f"127.0.0.1:{_free_port()}",
+                *args,
+            ],
+            extra_env,
+        )
 
     def stop(self) -> None:
         # Services first (they drain onto NATS), NATS last.
@@ -127,6 +144,7 @@ def start_nats(sup: Supervisor, data_dir: Path) -> str:
 
     def ready() -> bool:
         return "Server is ready" in child.log.read_text(errors="replace")
+
     _wait("nats-server", ready, procs=[child])
     return f"nats://127.0.0.1:{port}"
 
@@ -141,8 +159,9 @@ def _init_and_unseal(base: str, data_dir: Path, root_token: str) -> tuple[str, s
         kept = json.loads(keys_path.read_text())
         key, token = kept["unseal_key"], kept["root_token"]
     else:
-        code, init = _http("POST", f"{base}/v1/sys/init",
-                           {"secret_shares": 1, "secret_threshold": 1})
+        code, init = _http(
+            "POST", f"{base}/v1/sys/init", {"secret_shares": 1, "secret_threshold": 1}
+        )
         if code != 200:
             raise SystemExit(f"init failed: {init}")
         key, token = init["keys"][0], init["root_token"]
@@ -154,9 +173,12 @@ def _init_and_unseal(base: str, data_dir: Path, root_token: str) -> tuple[str, s
     if root_token and root_token != token:
         code, _ = _http("GET", f"{base}/v1/auth/token/lookup-self", token=root_token)
         if code != 200:
-            code, body = _http("POST", f"{base}/v1/auth/token/create-orphan",
-                               {"id": root_token, "policies": ["root"], "display_name": "root"},
-                               token=token)
+            code, body = _http(
+                "POST",
+                f"{base}/v1/auth/token/create-orphan",
+                {"id": root_token, "policies": ["root"], "display_name": "root"},
+                token=token,
+            )
             if code != 200:
                 raise SystemExit(f"cannot create the root token: {body}")
         token = root_token
@@ -168,14 +190,17 @@ def run_dev(args: Any) -> int:
     data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="trellis-dev-")).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / "logs").mkdir(exist_ok=True)
-    env = {**os.environ, "TRELLIS_LOG_JSON": "true" if args.log_json else "false",
-           "TRELLIS_CLUSTER_NAME": args.cluster_name,
-           "TRELLIS_SECRETS_ADDR": args.secrets_addr,
-           "TRELLIS_WORKSPACE_ADDR": args.workspace_addr,
-           "TRELLIS_SCHEDULER_ADDR": args.scheduler_addr,
-           "TRELLIS_API_ADDR": f"http://{args.secrets_addr}",
-           "TRELLIS_CLUSTER_ADDR": args.cluster_addr or f"127.0.0.1:{_free_port()}",
-           "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "TRELLIS_LOG_JSON": "true" if args.log_json else "false",
+        "TRELLIS_CLUSTER_NAME": args.cluster_name,
+        "TRELLIS_SECRETS_ADDR": args.secrets_addr,
+        "TRELLIS_WORKSPACE_ADDR": args.workspace_addr,
+        "TRELLIS_SCHEDULER_ADDR": args.scheduler_addr,
+        "TRELLIS_API_ADDR": f"http://{args.secrets_addr}",
+        "TRELLIS_CLUSTER_ADDR": args.cluster_addr or f"127.0.0.1:{_free_port()}",
+        "PYTHONUNBUFFERED": "1",
+    }
     if args.plugin_directory:
         env["TRELLIS_PLUGIN_DIRECTORY"] = str(Path(args.plugin_directory).resolve())
     sup = Supervisor(data_dir / "logs", env)
@@ -192,9 +217,11 @@ def run_dev(args: Any) -> int:
         nats_url = args.nats_url or start_nats(sup, data_dir)
         sup.env["TRELLIS_NATS_URL"] = nats_url
         _step("starting the secrets service and the gateway")
-        wanted = {"crypto", "replication", "workspace", "scheduler", "client"} \
-            if args.services == "all" \
+        wanted = (
+            {"crypto", "replication", "workspace", "scheduler", "client"}
+            if args.services == "all"
             else {s.strip() for s in args.services.split(",") if s.strip()}
+        )
         started = [sup.service("secrets") for _ in range(max(1, args.secrets_replicas))]
         if "replication" in wanted:
             started.append(sup.service("replication"))
@@ -203,14 +230,19 @@ def run_dev(args: Any) -> int:
         gw = sup.service("gateway")
         started.append(gw)
         base = f"http://{args.secrets_addr}"
-        _wait("the gateway", lambda: _http("GET", f"{base}/v1/sys/seal-status")[0] == 200,
-              procs=started)
+        _wait(
+            "the gateway",
+            lambda: _http("GET", f"{base}/v1/sys/seal-status")[0] == 200,
+            procs=started,
+        )
         _step("initialising and unsealing")
         key, token = _init_and_unseal(base, data_dir, args.root_token)
         _step("starting the workspace and scheduler services and a client node")
-        extra = {"TRELLIS_WORKSPACE_ADMIN_TOKEN": token,
-                 "TRELLIS_SCHEDULER_MANAGEMENT_TOKEN": token,
-                 "TRELLIS_SCHEDULER_ACL": "true" if args.acl else "false"}
+        extra = {
+            "TRELLIS_WORKSPACE_ADMIN_TOKEN": token,
+            "TRELLIS_SCHEDULER_MANAGEMENT_TOKEN": token,
+            "TRELLIS_SCHEDULER_ACL": "true" if args.acl else "false",
+        }
         for name in ("workspace", "scheduler"):
             if name in wanted:
                 sup.service(name, extra_env=extra)
@@ -218,7 +250,8 @@ def run_dev(args: Any) -> int:
             sup.service("client", "--datacenter", "dc1", extra_env=extra)
         if sys.stderr.isatty():
             sys.stderr.write("\n")
-        print(f"""Trellis is running (data in {data_dir}, logs in {data_dir / 'logs'}).
+        print(
+            f"""Trellis is running (data in {data_dir}, logs in {data_dir / "logs"}).
 
 Secrets API:    http://{args.secrets_addr}
 Workspace API:  http://{args.workspace_addr}
@@ -228,12 +261,16 @@ NATS:           {nats_url}
 Unseal Key: {key}
 Root Token: {token}
 
-Press Ctrl-C to stop.""", flush=True)
+Press Ctrl-C to stop.""",
+            flush=True,
+        )
         while True:
             for child in sup.children:
                 if child.proc.poll() is not None and child.name in ("nats", "gateway"):
-                    print(f"{child.name} exited ({child.proc.returncode}); see {child.log}",
-                          file=sys.stderr)
+                    print(
+                        f"{child.name} exited ({child.proc.returncode}); see {child.log}",
+                        file=sys.stderr,
+                    )
                     return 1
             time.sleep(0.5)
     except KeyboardInterrupt:
@@ -254,8 +291,20 @@ def run_server(config: str) -> int:
     del settings  # validated above; each child reads the same file
     try:
         for name in ("secrets", "crypto", "replication", "workspace", "scheduler", "gateway"):
-            sup.spawn(name, [sys.executable, "-m", "services.cli", "run", name, "--config",
-                             config, "--health-addr", f"127.0.0.1:{_free_port()}"])
+            sup.spawn(
+                name,
+                [
+                    sys.executable,
+                    "-m",
+                    "services.cli",
+                    "run",
+                    name,
+                    "--config",
+                    config,
+                    "--health-addr",
+                    f"127.0.0.1:{_free_port()}",
+                ],
+            )
         while all(c.proc.poll() is None for c in sup.children):
             time.sleep(0.5)
         return 1

@@ -37,7 +37,9 @@ ERROR = "Trellis-Error"
 
 HANDLED = Counter("trellis_bus_handled_total", "Bus messages handled", ["subject", "outcome"])
 HANDLE_SECONDS = Histogram(
-    "trellis_bus_handle_seconds", "Time to handle one bus message", ["subject"],
+    "trellis_bus_handle_seconds",
+    "Time to handle one bus message",
+    ["subject"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5, 30),
 )
 
@@ -212,9 +214,7 @@ class Bus:
                 error, reply = True, encode(BusError(code=500, message="internal error"))
             if msg.reply:
                 with contextlib.suppress(Exception):
-                    await self.nc.publish(
-                        msg.reply, reply, headers={ERROR: "1"} if error else None
-                    )
+                    await self.nc.publish(msg.reply, reply, headers={ERROR: "1"} if error else None)
         HANDLED.labels(family, "error" if error else "ok").inc()
         HANDLE_SECONDS.labels(family).observe(time.perf_counter() - started)
 

@@ -22,8 +22,9 @@ def configure_logging(*, json: bool, level: str = "info") -> None:
     ]
     renderer: structlog.types.Processor
     if json:
-        renderer = structlog.processors.JSONRenderer(serializer=lambda o, **_: _json.encode(
-            o).decode())
+        renderer = structlog.processors.JSONRenderer(
+            serializer=lambda o, **_: _json.encode(o).decode()
+        )
         shared_tail = [structlog.processors.dict_tracebacks]
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())

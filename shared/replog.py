@@ -271,7 +271,7 @@ class ReplicatedLog:
         finally:
             self._pending.pop(entry.id, None)
 
-    async def _wait_applied(self, index: int, timeout: float | None) -> None:  # noqa: ASYNC109
+    async def _wait_applied(self, index: int, timeout: float | None) -> None:
         if self._applied >= index:
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -297,7 +297,7 @@ class ReplicatedLog:
         return self._applied
 
     # The timeout is part of the shared API (blocking queries carry a wait time).
-    async def wait_for(self, index: int, timeout: float) -> int:  # noqa: ASYNC109
+    async def wait_for(self, index: int, timeout: float) -> int:
         """Blocking query: return once the applied index is greater than `index`, or at
         `timeout`; returns the applied index either way."""
         with contextlib.suppress(TimeoutError):

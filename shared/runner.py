@@ -48,8 +48,9 @@ def service_class(name: str) -> Any:
         raise SystemExit(f"service {name!r} is not available in this build: {exc}") from None
 
 
-async def run_service(name: str, settings: Settings, *, health_addr: str = "",
-                      options: dict[str, Any] | None = None) -> None:
+async def run_service(
+    name: str, settings: Settings, *, health_addr: str = "", options: dict[str, Any] | None = None
+) -> None:
     configure_logging(json=settings.log_json, level=settings.log_level)
     structlog.contextvars.bind_contextvars(service=name)
     cls = service_class(name)

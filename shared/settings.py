@@ -83,8 +83,13 @@ def load_settings(
         if not isinstance(raw, dict):
             raise ValueError(f"{path}: expected a mapping at the top level")
     known = {f.name for f in msgspec.structs.fields(Settings)}
-    _apply_env(raw, {k: v for k, v in (os.environ if env is None else env).items()
-                     if k.startswith("TRELLIS_") and
-                     k[len("TRELLIS_"):].lower().split("__")[0] in known})
+    _apply_env(
+        raw,
+        {
+            k: v
+            for k, v in (os.environ if env is None else env).items()
+            if k.startswith("TRELLIS_") and k[len("TRELLIS_") :].lower().split("__")[0] in known
+        },
+    )
     raw.update({k: v for k, v in overrides.items() if v is not None})
     return msgspec.convert(raw, Settings, strict=False)

@@ -79,9 +79,7 @@ def encode_key(path: str) -> str:
             out.append("=")
             continue
         raw = seg.encode()
-        out.append(
-            "".join(chr(b) if _SAFE.match(bytes([b])) else f"={b:02X}" for b in raw)
-        )
+        out.append("".join(chr(b) if _SAFE.match(bytes([b])) else f"={b:02X}" for b in raw))
     key = ".".join(out)
     if len(key) > MAX_KEY_LENGTH:
         raise KeyTooLong(f"the path is too long once escaped ({len(key)} > {MAX_KEY_LENGTH})")
@@ -193,9 +191,14 @@ class JetStreamStorage:
         """
         pre = f"$KV.{self.bucket}."
         config = ConsumerConfig(
-            name=uuid.uuid4().hex, filter_subject=pre + _filter_for(prefix),
-            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT, ack_policy=AckPolicy.NONE,
-            headers_only=True, inactive_threshold=30.0, mem_storage=True, num_replicas=1,
+            name=uuid.uuid4().hex,
+            filter_subject=pre + _filter_for(prefix),
+            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+            ack_policy=AckPolicy.NONE,
+            headers_only=True,
+            inactive_threshold=30.0,
+            mem_storage=True,
+            num_replicas=1,
         )
         info = await self.js.add_consumer(self.stream, config=config)
         keys: list[str] = []
@@ -209,7 +212,7 @@ class JetStreamStorage:
                     for msg in await sub.fetch(batch=1024, timeout=5):
                         op = msg.headers.get("KV-Operation") if msg.headers else None
                         if op not in ("DEL", "PURGE"):
-                            keys.append(decode_key(msg.subject[len(pre):]))
+                            keys.append(decode_key(msg.subject[len(pre) :]))
                         if msg.metadata.num_pending == 0:
                             done = True
             finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+
 @dataclass(frozen=True)
 class Subject:
     """A subject relative to the cluster: `on(cluster)` gives the real NATS subject, so two
@@ -21,32 +22,76 @@ class Subject:
 
 
 # HTTP APIs: the gateway sends HttpRequest, the owning service answers HttpResponse.
-API_SECRETS = Subject("api.secrets", "secrets", "HttpRequest", "HttpResponse",
-                      "secrets service HTTP API (/v1/...)")
-API_WORKSPACE = Subject("api.workspace", "workspace", "HttpRequest", "HttpResponse",
-                        "workspace management HTTP API (/api/v2/...)")
-API_SCHEDULER = Subject("api.scheduler", "scheduler", "HttpRequest", "HttpResponse",
-                        "job scheduler HTTP API (/v1/jobs, /v1/job/...)")
+API_SECRETS = Subject(
+    "api.secrets", "secrets", "HttpRequest", "HttpResponse", "secrets service HTTP API (/v1/...)"
+)
+API_WORKSPACE = Subject(
+    "api.workspace",
+    "workspace",
+    "HttpRequest",
+    "HttpResponse",
+    "workspace management HTTP API (/api/v2/...)",
+)
+API_SCHEDULER = Subject(
+    "api.scheduler",
+    "scheduler",
+    "HttpRequest",
+    "HttpResponse",
+    "job scheduler HTTP API (/v1/jobs, /v1/job/...)",
+)
 
 # The echo service the benchmarks compare against; served by every secrets replica.
-ECHO = Subject("echo", "echo", "HttpRequest", "HttpResponse",
-               "trivial request/reply baseline for benchmarks")
+ECHO = Subject(
+    "echo", "echo", "HttpRequest", "HttpResponse", "trivial request/reply baseline for benchmarks"
+)
 
 # Seal traffic between secrets replicas (broadcast, never queued).
-SEAL_SHARE = Subject("secrets.seal.share", None, "UnsealShare", "none",
-                     "an unseal key share submitted to one replica, shared with all")
-SEAL_SEALED = Subject("secrets.seal.sealed", None, "SealNotice", "none",
-                      "the cluster was sealed; every replica drops its keys")
-SEAL_HANDOFF = Subject("secrets.seal.handoff", "seal-handoff", "HandoffRequest",
-                       "HandoffReply", "a starting replica asks an unsealed peer for the keyring")
-SEAL_CHANGED = Subject("secrets.invalidate", None, "Invalidate", "none",
-                       "cached state (mounts, policies) changed; replicas reload it")
+SEAL_SHARE = Subject(
+    "secrets.seal.share",
+    None,
+    "UnsealShare",
+    "none",
+    "an unseal key share submitted to one replica, shared with all",
+)
+SEAL_SEALED = Subject(
+    "secrets.seal.sealed",
+    None,
+    "SealNotice",
+    "none",
+    "the cluster was sealed; every replica drops its keys",
+)
+SEAL_HANDOFF = Subject(
+    "secrets.seal.handoff",
+    "seal-handoff",
+    "HandoffRequest",
+    "HandoffReply",
+    "a starting replica asks an unsealed peer for the keyring",
+)
+SEAL_CHANGED = Subject(
+    "secrets.invalidate",
+    None,
+    "Invalidate",
+    "none",
+    "cached state (mounts, policies) changed; replicas reload it",
+)
 
 # CPU-heavy asymmetric work, served by crypto workers in one queue group.
-CRYPTO = Subject("crypto.cmd", "crypto", "CryptoCommand", "CryptoResult",
-                 "key generation, X.509 and SSH signing, CSR and CRL work")
+CRYPTO = Subject(
+    "crypto.cmd",
+    "crypto",
+    "CryptoCommand",
+    "CryptoResult",
+    "key generation, X.509 and SSH signing, CSR and CRL work",
+)
 
 ALL: tuple[Subject, ...] = (
-    API_SECRETS, API_WORKSPACE, API_SCHEDULER, ECHO, SEAL_SHARE, SEAL_SEALED, SEAL_HANDOFF,
-    SEAL_CHANGED, CRYPTO,
+    API_SECRETS,
+    API_WORKSPACE,
+    API_SCHEDULER,
+    ECHO,
+    SEAL_SHARE,
+    SEAL_SEALED,
+    SEAL_HANDOFF,
+    SEAL_CHANGED,
+    CRYPTO,
 )

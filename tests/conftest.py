@@ -23,8 +23,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_nats(store_dir: str, *, port: int | None = None, extra: list[str] | None = None
-               ) -> tuple[subprocess.Popen[bytes], str, Path]:
+def start_nats(
+    store_dir: str, *, port: int | None = None, extra: list[str] | None = None
+) -> tuple[subprocess.Popen[bytes], str, Path]:
     """Start nats-server with JetStream and wait until it reports ready."""
     binary = shutil.which("nats-server")
     if binary is None:
@@ -33,13 +34,13 @@ def start_nats(store_dir: str, *, port: int | None = None, extra: list[str] | No
     log_path = Path(store_dir) / "nats.log"
     conf = Path(store_dir) / "nats.conf"
     conf.write_text(
-        "max_payload: 64MB\n"
-        f"jetstream {{ store_dir: \"{store_dir}/js\", sync_interval: always }}\n"
+        f'max_payload: 64MB\njetstream {{ store_dir: "{store_dir}/js", sync_interval: always }}\n'
     )
     logf = open(log_path, "wb")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(
         [binary, "-c", str(conf), "-a", "127.0.0.1", "-p", str(port), *(extra or [])],
-        stdout=logf, stderr=subprocess.STDOUT,
+        stdout=logf,
+        stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -81,8 +82,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     every tool the tests need, so a skip would only hide a missing real component."""
     outcome = yield
     report = outcome.get_result()
-    if report.skipped and os.environ.get("TRELLIS_REQUIRE_ALL") == "1" and not hasattr(
-            report, "wasxfail"):
+    if (
+        report.skipped
+        and os.environ.get("TRELLIS_REQUIRE_ALL") == "1"
+        and not hasattr(report, "wasxfail")
+    ):
         report.outcome = "failed"
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         report.longrepr = f"skipped under TRELLIS_REQUIRE_ALL=1: {reason}"

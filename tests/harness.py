@@ -52,16 +52,23 @@ class Cluster:
         await svc.stop()
         await self.buses[idx + 1].close()
 
-    async def request(self, method: str, path: str, *, token: str | None = None,
-                      json: Any = None, headers: dict[str, str] | None = None
-                      ) -> tuple[int, Any]:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        token: str | None = None,
+        json: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:
         hdrs = dict(headers or {})
         tok = self.root_token if token is None else token
         if tok:
             hdrs["X-Svc-Token"] = tok
-        async with aiohttp.ClientSession() as s, s.request(
-            method, self.secrets_url + path, json=json, headers=hdrs
-        ) as r:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.request(method, self.secrets_url + path, json=json, headers=hdrs) as r,
+        ):
             text = await r.text()
             try:
                 body = await r.json(content_type=None) if text else None
@@ -83,11 +90,24 @@ class Cluster:
                 await bus.close()
 
 
-async def start_cluster(nats_url: str, *, replicas: int = 1, initialize: bool = True,
-                        shares: int = 1, threshold: int = 1, **overrides: Any) -> Cluster:
-    settings = Settings(nats_url=nats_url, cluster_name="c" + uuid.uuid4().hex[:10],
-                        secrets_addr="127.0.0.1:0", workspace_addr="127.0.0.1:0",
-                        scheduler_addr="127.0.0.1:0", log_json=False, **overrides)
+async def start_cluster(
+    nats_url: str,
+    *,
+    replicas: int = 1,
+    initialize: bool = True,
+    shares: int = 1,
+    threshold: int = 1,
+    **overrides: Any,
+) -> Cluster:
+    settings = Settings(
+        nats_url=nats_url,
+        cluster_name="c" + uuid.uuid4().hex[:10],
+        secrets_addr="127.0.0.1:0",
+        workspace_addr="127.0.0.1:0",
+        scheduler_addr="127.0.0.1:0",
+        log_json=False,
+        **overrides,
+    )
     gw_bus = await Bus.connect(nats_url, name="test-gateway")
     gateway = Gateway(gw_bus, settings)
     await gateway.start()
@@ -96,8 +116,11 @@ async def start_cluster(nats_url: str, *, replicas: int = 1, initialize: bool = 
         await cluster.add_secrets_replica()
     if initialize:
         status, body = await cluster.request(
-            "POST", "/v1/sys/init", token="",
-            json={"secret_shares": shares, "secret_threshold": threshold})
+            "POST",
+            "/v1/sys/init",
+            token="",
+            json={"secret_shares": shares, "secret_threshold": threshold},
+        )
         assert status == 200, body
         cluster.root_token = body["root_token"]
         cluster.unseal_keys = body["keys"]

@@ -45,11 +45,25 @@ def start_dev(*args: str, timeout: float = 120.0) -> DevProcess:
     """Start `trellis dev` and wait for its banner."""
     ports = [free_port() for _ in range(3)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "dev", "--secrets-addr", f"127.0.0.1:{ports[0]}",
-         "--workspace-addr", f"127.0.0.1:{ports[1]}", "--scheduler-addr",
-         f"127.0.0.1:{ports[2]}", *args],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "dev",
+            "--secrets-addr",
+            f"127.0.0.1:{ports[0]}",
+            "--workspace-addr",
+            f"127.0.0.1:{ports[1]}",
+            "--scheduler-addr",
+            f"127.0.0.1:{ports[2]}",
+            *args,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     out: list[str] = []
     token = key = ""
     deadline = time.monotonic() + timeout
@@ -65,8 +79,15 @@ def start_dev(*args: str, timeout: float = 120.0) -> DevProcess:
     if not token:
         proc.kill()
         raise AssertionError("trellis dev did not start:\n" + "".join(out))
-    return DevProcess(proc, f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}",
-                      f"http://127.0.0.1:{ports[2]}", token, key, out)
+    return DevProcess(
+        proc,
+        f"http://127.0.0.1:{ports[0]}",
+        f"http://127.0.0.1:{ports[1]}",
+        f"http://127.0.0.1:{ports[2]}",
+        token,
+        key,
+        out,
+    )
 
 
 @contextlib.contextmanager
@@ -78,15 +99,32 @@ def dev(*args: str) -> Iterator[DevProcess]:
         d.stop()
 
 
-def spawn_service(name: str, nats_url: str, cluster: str, log_dir: Path,
-                  **env: str) -> subprocess.Popen[bytes]:
+def spawn_service(
+    name: str, nats_url: str, cluster: str, log_dir: Path, **env: str
+) -> subprocess.Popen[bytes]:
     log = open(log_dir / f"{name}-{time.monotonic_ns()}.log", "wb")  # noqa: SIM115
     return subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "run", name, "--health-addr",
-         f"127.0.0.1:{free_port()}"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "TRELLIS_NATS_URL": nats_url,
-             "TRELLIS_CLUSTER_NAME": cluster, "TRELLIS_LOG_JSON": "false", **env})
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "run",
+            name,
+            "--health-addr",
+            f"127.0.0.1:{free_port()}",
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "TRELLIS_NATS_URL": nats_url,
+            "TRELLIS_CLUSTER_NAME": cluster,
+            "TRELLIS_LOG_JSON": "false",
+            **env,
+        },
+    )
 
 
 def wait_http(url: str, timeout: float = 60.0, ok: tuple[int, ...] = (200,)) -> None:

@@ -13,15 +13,17 @@ from shared.errors import BusTimeout, NoResponders, ServiceError
 RETRIES = 2
 
 
-async def crypto_call(bus: Bus, cluster: str, op: str, args: dict[str, Any], *,
-                      timeout: float = 60.0) -> Any:
+async def crypto_call(
+    bus: Bus, cluster: str, op: str, args: dict[str, Any], *, timeout: float = 60.0
+) -> Any:
     """Run `op` on a crypto worker; its refusals come back as ServiceError(400, message)."""
     subject = subjects.CRYPTO.on(cluster)
     last: ServiceError | None = None
     for _ in range(RETRIES + 1):
         try:
-            reply = await bus.request(subject, CryptoRequest(op=op, args=args), CryptoResult,
-                                      timeout=timeout)
+            reply = await bus.request(
+                subject, CryptoRequest(op=op, args=args), CryptoResult, timeout=timeout
+            )
             return reply.result
         except (NoResponders, BusTimeout) as exc:
             # Every op is a pure function of its arguments: re-sending cannot do harm.

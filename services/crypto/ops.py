@@ -36,6 +36,7 @@ def operation(name: str, args: type[msgspec.Struct]) -> Callable[[F], F]:
             raise RuntimeError(f"crypto op {name!r} registered twice")
         OPS[name] = OpSpec(name, args, fn)
         return fn
+
     return register
 
 

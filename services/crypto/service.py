@@ -50,14 +50,34 @@ class CryptoService:
 
         # One op at a time per process: the work is CPU-bound, more would only queue in-process
         # instead of on the bus where another worker could take it.
-        await self.bus.serve(subjects.CRYPTO.on(self.settings.cluster_name), handle,
-                             CryptoRequest, queue=subjects.CRYPTO.queue, concurrency=1)
+        await self.bus.serve(
+            subjects.CRYPTO.on(self.settings.cluster_name),
+            handle,
+            CryptoRequest,
+            queue=subjects.CRYPTO.queue,
+            concurrency=1,
+        )
         for _ in range(self.processes - 1):
-            self.children.append(subprocess.Popen(
-                [sys.executable, "-m", "services.cli", "run", "crypto", "--processes", "1",
-                 "--health-addr", ""],
-                env={**os.environ, "TRELLIS_NATS_URL": self.settings.nats_url,
-                     "TRELLIS_CLUSTER_NAME": self.settings.cluster_name}))
+            self.children.append(
+                subprocess.Popen(  # noqa: ASYNC220 - spawned once, never awaited
+                    [
+                        sys.executable,
+                        "-m",
+                        "services.cli",
+                        "run",
+                        "crypto",
+                        "--processes",
+                        "1",
+                        "--health-addr",
+                        "",
+                    ],
+                    env={
+                        **os.environ,
+                        "TRELLIS_NATS_URL": self.settings.nats_url,
+                        "TRELLIS_CLUSTER_NAME": self.settings.cluster_name,
+                    },
+                )
+            )
         self._ready = True
 
     async def stop(self) -> None:

@@ -17,8 +17,14 @@ def secrets_error(status: int, message: str) -> tuple[bytes, str]:
 
 
 def jsonapi_error(status: int, message: str) -> tuple[bytes, str]:
-    titles = {400: "bad request", 404: "not found", 405: "method not allowed",
-              413: "payload too large", 503: "service unavailable", 504: "gateway timeout"}
+    titles = {
+        400: "bad request",
+        404: "not found",
+        405: "method not allowed",
+        413: "payload too large",
+        503: "service unavailable",
+        504: "gateway timeout",
+    }
     err = {"status": str(status), "title": titles.get(status, "error"), "detail": message}
     return json.dumps({"errors": [err]}).encode(), "application/vnd.api+json"
 
@@ -36,7 +42,8 @@ class ApiSpec:
     request_header: tuple[str, ...] = ()
 
 
-SECRETS = ApiSpec("secrets", subjects.API_SECRETS, secrets_error,
-                  ("x-svc-request", "x-vault-request"))
+SECRETS = ApiSpec(
+    "secrets", subjects.API_SECRETS, secrets_error, ("x-svc-request", "x-vault-request")
+)
 WORKSPACE = ApiSpec("workspace", subjects.API_WORKSPACE, jsonapi_error)
 SCHEDULER = ApiSpec("scheduler", subjects.API_SCHEDULER, plain_error)

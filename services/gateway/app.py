@@ -40,8 +40,9 @@ def _error(api: ApiSpec, status: int, message: str, request_id: str) -> web.Resp
     )
 
 
-async def forward(bus: Bus, subject: str, env: HttpRequest, timeout: float, api: str
-                  ) -> HttpResponse:
+async def forward(
+    bus: Bus, subject: str, env: HttpRequest, timeout: float, api: str
+) -> HttpResponse:
     """Send the envelope; re-send while nobody is listening (it was never delivered, so this is
     safe even for writes), up to NO_RESPONDER_GRACE."""
     deadline = time.monotonic() + NO_RESPONDER_GRACE
@@ -49,7 +50,11 @@ async def forward(bus: Bus, subject: str, env: HttpRequest, timeout: float, api:
     while True:
         try:
             return await bus.request(
-                subject, env, HttpResponse, timeout=timeout, request_id=env.request_id,
+                subject,
+                env,
+                HttpResponse,
+                timeout=timeout,
+                request_id=env.request_id,
                 caller="gateway",
             )
         except NoResponders:
@@ -60,7 +65,9 @@ async def forward(bus: Bus, subject: str, env: HttpRequest, timeout: float, api:
             delay = min(delay * 2, 0.5)
 
 
-def create_app(api: ApiSpec, bus: Bus, settings: Settings, ready: dict[str, bool]) -> web.Application:
+def create_app(
+    api: ApiSpec, bus: Bus, settings: Settings, ready: dict[str, bool]
+) -> web.Application:
     subject = api.subject.on(settings.cluster_name)
     echo_subject = ECHO.on(settings.cluster_name)
     limit = settings.max_request_bytes
@@ -90,8 +97,13 @@ def create_app(api: ApiSpec, bus: Bus, settings: Settings, ready: dict[str, bool
             elapsed = time.perf_counter() - start
             metrics.REQUESTS.labels(api.name, request.method, str(status)).inc()
             metrics.LATENCY.labels(api.name).observe(elapsed)
-            log.debug("request", method=request.method, path=request.path, status=status,
-                      ms=round(elapsed * 1000, 2))
+            log.debug(
+                "request",
+                method=request.method,
+                path=request.path,
+                status=status,
+                ms=round(elapsed * 1000, 2),
+            )
 
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -105,26 +117,34 @@ def create_app(api: ApiSpec, bus: Bus, settings: Settings, ready: dict[str, bool
 
     async def echo(request: web.Request) -> web.Response:
         body = await request.read()
-        env = HttpRequest(method=request.method, path=request.path, body=body,
-                          request_id=request[REQUEST_ID])
+        env = HttpRequest(
+            method=request.method, path=request.path, body=body, request_id=request[REQUEST_ID]
+        )
         try:
             reply = await forward(bus, echo_subject, env, settings.request_timeout, api.name)
         except ServiceError as exc:
             return _error(api, exc.code, exc.message, request[REQUEST_ID])
-        return web.Response(status=reply.status, body=reply.body,
-                            content_type="application/json")
+        return web.Response(status=reply.status, body=reply.body, content_type="application/json")
 
     async def proxy(request: web.Request) -> web.Response:
         rid: str = request[REQUEST_ID]
         if request.content_length is not None and request.content_length > limit:
             return _error(api, 413, f"request body exceeds the limit of {limit} bytes", rid)
-        if (settings.require_request_header and api.request_header
-                and not any(h in request.headers for h in api.request_header)):
+        if (
+            settings.require_request_header
+            and api.request_header
+            and not any(h in request.headers for h in api.request_header)
+        ):
             return _error(api, 412, "missing required request header X-Svc-Request", rid)
         body = await request.read()
         if len(body) + 64 * 1024 > bus.max_payload:
-            return _error(api, 413, f"request body of {len(body)} bytes exceeds what the bus "
-                                    f"carries ({bus.max_payload} bytes)", rid)
+            return _error(
+                api,
+                413,
+                f"request body of {len(body)} bytes exceeds what the bus "
+                f"carries ({bus.max_payload} bytes)",
+                rid,
+            )
         headers = {k.lower(): v for k, v in request.headers.items() if k.lower() not in _DROP_IN}
         env = HttpRequest(
             method=request.method,

@@ -38,13 +38,14 @@ class SecretsService:
 
     async def start(self) -> None:
         js = self.bus.nc.jetstream()
-        storage = await JetStreamStorage.open(js, bucket_name(self.settings, "secrets"),
-                                              replicas=self.settings.replicas)
-        leader_store = await JetStreamStorage.open(js, bucket_name(self.settings, "leader"),
-                                                   replicas=self.settings.replicas)
+        storage = await JetStreamStorage.open(
+            js, bucket_name(self.settings, "secrets"), replicas=self.settings.replicas
+        )
+        leader_store = await JetStreamStorage.open(
+            js, bucket_name(self.settings, "leader"), replicas=self.settings.replicas
+        )
         self.core = core = Core(self.bus, self.settings, storage, is_leader=self._is_leader)
-        self.lease = LeaderLease(leader_store.kv, "secrets-expiration", core.seal.node_id,
-                                 ttl=6.0)
+        self.lease = LeaderLease(leader_store.kv, "secrets-expiration", core.seal.node_id, ttl=6.0)
         await self.lease.start()
         await core.start()
 
@@ -55,11 +56,20 @@ class SecretsService:
             return HttpResponse(status=200, body=b'{"echo":true}')
 
         cluster = self.settings.cluster_name
-        await self.bus.serve(subjects.API_SECRETS.on(cluster), on_http, HttpRequest,
-                             queue=subjects.API_SECRETS.queue,
-                             concurrency=self.settings.concurrency)
-        await self.bus.serve(subjects.ECHO.on(cluster), on_echo, HttpRequest,
-                             queue=subjects.ECHO.queue, concurrency=self.settings.concurrency)
+        await self.bus.serve(
+            subjects.API_SECRETS.on(cluster),
+            on_http,
+            HttpRequest,
+            queue=subjects.API_SECRETS.queue,
+            concurrency=self.settings.concurrency,
+        )
+        await self.bus.serve(
+            subjects.ECHO.on(cluster),
+            on_echo,
+            HttpRequest,
+            queue=subjects.ECHO.queue,
+            concurrency=self.settings.concurrency,
+        )
         self._ready = True
 
     def _is_leader(self) -> bool:

@@ -20,21 +20,27 @@ pytestmark = pytest.mark.nats
 async def test_kill_one_replica_under_writes(nats_url: str, tmp_path: Path) -> None:
     cluster = "chaos" + uuid.uuid4().hex[:8]
     port = free_port()
-    env = {"TRELLIS_SECRETS_ADDR": f"127.0.0.1:{port}", "TRELLIS_WORKSPACE_ADDR": "127.0.0.1:0",
-           "TRELLIS_SCHEDULER_ADDR": "127.0.0.1:0", "TRELLIS_REQUEST_TIMEOUT": "5"}
+    env = {
+        "TRELLIS_SECRETS_ADDR": f"127.0.0.1:{port}",
+        "TRELLIS_WORKSPACE_ADDR": "127.0.0.1:0",
+        "TRELLIS_SCHEDULER_ADDR": "127.0.0.1:0",
+        "TRELLIS_REQUEST_TIMEOUT": "5",
+    }
     procs = [spawn_service("secrets", nats_url, cluster, tmp_path, **env) for _ in range(2)]
     procs.append(spawn_service("gateway", nats_url, cluster, tmp_path, **env))
     base = f"http://127.0.0.1:{port}"
     try:
         await asyncio.to_thread(wait_http, base + "/v1/sys/seal-status")
         async with aiohttp.ClientSession() as s:
-            async with s.post(base + "/v1/sys/init", json={"secret_shares": 1,
-                                                          "secret_threshold": 1}) as r:
+            async with s.post(
+                base + "/v1/sys/init", json={"secret_shares": 1, "secret_threshold": 1}
+            ) as r:
                 init = await r.json()
             async with s.post(base + "/v1/sys/unseal", json={"key": init["keys"][0]}) as r:
                 assert (await r.json())["sealed"] is False
             hdr = {"X-Vault-Token": init["root_token"]}
             acked: dict[str, int] = {}
+            enough = asyncio.Event()
             statuses: dict[int, int] = {}
             stop = time.monotonic() + 8
 
@@ -43,19 +49,21 @@ async def test_kill_one_replica_under_writes(nats_url: str, tmp_path: Path) -> N
                 while time.monotonic() < stop:
                     key = f"w{w}/k{n}"
                     try:
-                        async with s.post(f"{base}/v1/secret/data/{key}", headers=hdr,
-                                          json={"data": {"n": n}}) as r:
+                        async with s.post(
+                            f"{base}/v1/secret/data/{key}", headers=hdr, json={"data": {"n": n}}
+                        ) as r:
                             statuses[r.status] = statuses.get(r.status, 0) + 1
                             if r.status == 200:
                                 acked[key] = n
+                                if len(acked) >= 50:
+                                    enough.set()
                     except aiohttp.ClientError:
                         statuses[0] = statuses.get(0, 0) + 1
                     n += 1
 
             async def killer() -> None:
                 # Kill once both replicas are serving the writes.
-                while len(acked) < 50:
-                    await asyncio.sleep(0.01)
+                await enough.wait()
                 procs[0].kill()
 
             await asyncio.gather(killer(), *(writer(w) for w in range(8)))

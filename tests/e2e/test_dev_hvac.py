@@ -28,14 +28,14 @@ def test_hvac_policy_kv_and_persistence(tmp_path: Path) -> None:
             policy='path "secret/data/app/*" { capabilities = ["create", "read", "update"] }',
         )
         token = root.auth.token.create(policies=["app-read-write"], ttl="1h")["auth"][
-            "client_token"]
+            "client_token"
+        ]
         app = hvac.Client(url=d.secrets, token=token)
         app.secrets.kv.v2.create_or_update_secret(path="app/db", secret={"password": SECRET})
         got = app.secrets.kv.v2.read_secret_version(path="app/db", raise_on_deleted_version=True)
         assert got["data"]["data"] == {"password": SECRET}
         with pytest.raises(hvac.exceptions.Forbidden):
-            app.secrets.kv.v2.read_secret_version(path="other/db",
-                                                  raise_on_deleted_version=True)
+            app.secrets.kv.v2.read_secret_version(path="other/db", raise_on_deleted_version=True)
         with pytest.raises(hvac.exceptions.Forbidden):
             app.sys.list_mounted_secrets_engines()
         assert "secret/" in root.sys.list_mounted_secrets_engines()["data"]

@@ -47,8 +47,9 @@ async def test_request_reply_errors_and_limits(nats_url: str, unique: str) -> No
 
     try:
         await server.serve(f"{unique}.ping", handler, Ping, queue="q", concurrency=3)
-        reply = await client.request(f"{unique}.ping", Ping(n=21), Pong, timeout=2,
-                                     request_id="rid-1")
+        reply = await client.request(
+            f"{unique}.ping", Ping(n=21), Pong, timeout=2, request_id="rid-1"
+        )
         assert reply == Pong(n=42, request_id="rid-1")
         with pytest.raises(ServiceError) as err:
             await client.request(f"{unique}.ping", Ping(n=-1), Pong, timeout=2)
@@ -62,8 +63,9 @@ async def test_request_reply_errors_and_limits(nats_url: str, unique: str) -> No
             await client.request(f"{unique}.nobody", Ping(n=1), Pong, timeout=1)
         with pytest.raises(BusTimeout):
             await client.request(f"{unique}.ping", Ping(n=-3), Pong, timeout=0.2)
-        results = await asyncio.gather(*(client.request(f"{unique}.ping", Ping(n=i), Pong,
-                                                        timeout=5) for i in range(12)))
+        results = await asyncio.gather(
+            *(client.request(f"{unique}.ping", Ping(n=i), Pong, timeout=5) for i in range(12))
+        )
         assert [r.n for r in results] == [i * 2 for i in range(12)]
         assert peak <= 3
     finally:

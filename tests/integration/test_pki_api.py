@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
 from services.crypto.service import CryptoService
+from services.secrets.core.namespaces import ROOT
 from shared.bus import Bus
 from tests.harness import Cluster, start_cluster
 
@@ -222,6 +223,13 @@ async def test_root_intermediate_leaf_chain(nats_url: str, tmp_path: Path) -> No
         # The key matches the certificate, and the intermediate's path length follows the root.
         key = serialization.load_pem_private_key(data["private_key"].encode(), None)
         assert key.public_key() == cert.public_key()
+        trimmed = await ok(
+            c,
+            "POST",
+            "pki_int/issue/web",
+            {"common_name": "t.example.com", "remove_roots_from_chain": True},
+        )
+        assert [p.strip() for p in trimmed["data"]["ca_chain"]] == [int_pem.strip()]
         listed = await ok(c, "LIST", "pki_int/certs")
         assert data["serial_number"] in listed["data"]["keys"]
         read = await ok(c, "GET", f"pki_int/cert/{data['serial_number']}", token="")
@@ -826,6 +834,15 @@ async def test_role_changes_reach_every_replica(nats_url: str) -> None:
     request on any of them (requests spread over both replicas by the queue group)."""
     async with pki_cluster(nats_url) as c:
         await c.add_secrets_replica()
+        for _ in range(200):  # the new replica is unsealed by its peer and loads the mounts
+            if all(
+                s.core is not None
+                and not s.core.barrier.sealed
+                and "pki/" in s.core.table(ROOT).backends
+                for s in c.secrets
+            ):
+                break
+            await asyncio.sleep(0.05)
         await ok(
             c,
             "POST",

@@ -29,8 +29,9 @@ async def _until(pred, timeout: float = 15.0) -> None:  # type: ignore[no-untype
 
 async def test_static_seal_unseals_every_replica_by_itself(nats_url: str) -> None:
     key = base64.b64encode(os.urandom(32)).decode()
-    c = await start_cluster(nats_url, replicas=2, initialize=False,
-                            seal=SealSettings(type="static", key=key))
+    c = await start_cluster(
+        nats_url, replicas=2, initialize=False, seal=SealSettings(type="static", key=key)
+    )
     try:
         status, body = await c.request("POST", "/v1/sys/init", token="", json={})
         assert status == 200 and body["keys"] == [] and body["root_token"]
@@ -38,6 +39,7 @@ async def test_static_seal_unseals_every_replica_by_itself(nats_url: str) -> Non
 
         async def unsealed() -> bool:
             return all(not s.core.barrier.sealed for s in c.secrets)  # type: ignore[union-attr]
+
         await _until(unsealed)
         status, body = await c.request("GET", "/v1/sys/seal-status", token="")
         assert body.get("type") == "static" and body["sealed"] is False, body
@@ -66,13 +68,16 @@ async def test_token_expiry_survives_the_issuing_replica(nats_url: str) -> None:
 
         async def gone() -> bool:
             return await view.get(key) is None
+
         try:
             await _until(gone, timeout=30)
         except AssertionError:
             exp = other.core.expiration
-            raise AssertionError(f"leader={other.lease.is_leader} task={exp._task} "
-                                 f"sealed={other.core.barrier.sealed} "
-                                 f"at={await exp.view.list_all('at/')}") from None
+            raise AssertionError(
+                f"leader={other.lease.is_leader} task={exp._task} "
+                f"sealed={other.core.barrier.sealed} "
+                f"at={await exp.view.list_all('at/')}"
+            ) from None
         status, _ = await c.request("GET", "/v1/auth/token/lookup-self", token=token)
         assert status == 403
     finally:
@@ -85,11 +90,13 @@ async def test_require_request_header(nats_url: str) -> None:
         async with aiohttp.ClientSession() as s:
             async with s.get(c.secrets_url + "/v1/sys/seal-status") as r:
                 assert r.status == 412 and "X-Svc-Request" in (await r.json())["errors"][0]
-            async with s.get(c.secrets_url + "/v1/sys/seal-status",
-                             headers={"X-Svc-Request": "true"}) as r:
+            async with s.get(
+                c.secrets_url + "/v1/sys/seal-status", headers={"X-Svc-Request": "true"}
+            ) as r:
                 assert r.status == 200
-            async with s.get(c.secrets_url + "/v1/sys/seal-status",
-                             headers={"X-Vault-Request": "true"}) as r:
+            async with s.get(
+                c.secrets_url + "/v1/sys/seal-status", headers={"X-Vault-Request": "true"}
+            ) as r:
                 assert r.status == 200
     finally:
         await c.close()

@@ -42,29 +42,32 @@ async def test_fresh_install_mounts(nats_url: str) -> None:
 async def test_shamir_unseal_reaches_every_replica(nats_url: str) -> None:
     c = await start_cluster(nats_url, replicas=2, initialize=False)
     try:
-        status, body = await c.request("POST", "/v1/sys/init", token="",
-                                       json={"secret_shares": 3, "secret_threshold": 2})
+        status, body = await c.request(
+            "POST", "/v1/sys/init", token="", json={"secret_shares": 3, "secret_threshold": 2}
+        )
         assert status == 200, body
         assert len(body["keys"]) == 3 and all(len(k) == 66 for k in body["keys"])
         c.root_token = body["root_token"]
         c.unseal_keys = body["keys"]
         status, body = await c.request("GET", "/v1/secret/x")
         assert status == 503 and body["errors"]
-        status, body = await c.request("POST", "/v1/sys/unseal", json={"key": body and
-                                                                      c.root_token[:0] +
-                                                                      (await _keys(c))[0]})
+        status, body = await c.request(
+            "POST", "/v1/sys/unseal", json={"key": body and c.root_token[:0] + (await _keys(c))[0]}
+        )
         assert status == 200 and body["progress"] == 1 and body["sealed"] is True
         status, body = await c.request("POST", "/v1/sys/unseal", json={"key": (await _keys(c))[1]})
         assert status == 200 and body["sealed"] is False
 
         async def all_unsealed() -> bool:
             return all(not s.core.barrier.sealed for s in c.secrets)  # type: ignore[union-attr]
+
         await _until(all_unsealed)
         # A replica started later joins the unsealed cluster without a human.
         late = await c.add_secrets_replica()
 
         async def late_unsealed() -> bool:
             return not late.core.barrier.sealed  # type: ignore[union-attr]
+
         await _until(late_unsealed)
         # Sealing through one replica seals them all.
         status, _ = await c.request("PUT", "/v1/sys/seal")
@@ -72,6 +75,7 @@ async def test_shamir_unseal_reaches_every_replica(nats_url: str) -> None:
 
         async def all_sealed() -> bool:
             return all(s.core.barrier.sealed for s in c.secrets)  # type: ignore[union-attr]
+
         await _until(all_sealed)
         status, body = await c.request("GET", "/v1/sys/mounts")
         assert status == 503 and "sealed" in body["errors"][0]
@@ -89,8 +93,9 @@ async def _keys(c: Cluster) -> list[str]:
 async def test_wrong_unseal_key_resets_progress(nats_url: str) -> None:
     c = await start_cluster(nats_url, initialize=False)
     try:
-        status, body = await c.request("POST", "/v1/sys/init", token="",
-                                       json={"secret_shares": 2, "secret_threshold": 2})
+        status, body = await c.request(
+            "POST", "/v1/sys/init", token="", json={"secret_shares": 2, "secret_threshold": 2}
+        )
         keys = body["keys"]
         bad = keys[0][:-2] + ("00" if keys[0][-2:] != "00" else "01")
         status, body = await c.request("POST", "/v1/sys/unseal", token="", json={"key": keys[0]})
@@ -103,8 +108,9 @@ async def test_wrong_unseal_key_resets_progress(nats_url: str) -> None:
         assert status == 400 and "'key' must be specified" in body["errors"][0]
         status, body = await c.request("POST", "/v1/sys/unseal", token="", json={"key": "zz!"})
         assert status == 400
-        status, body = await c.request("POST", "/v1/sys/init", token="",
-                                       json={"secret_shares": 1, "secret_threshold": 1})
+        status, body = await c.request(
+            "POST", "/v1/sys/init", token="", json={"secret_shares": 1, "secret_threshold": 1}
+        )
         assert status == 400 and "already initialized" in body["errors"][0]
     finally:
         await c.close()
@@ -113,16 +119,19 @@ async def test_wrong_unseal_key_resets_progress(nats_url: str) -> None:
 async def test_policies_and_tokens(nats_url: str) -> None:
     c = await start_cluster(nats_url)
     try:
-        policy = 'path "cubbyhole/*" { capabilities = ["create", "read", "update", "list"] }\n' \
-                 'path "sys/mounts" { capabilities = ["deny"] }'
+        policy = (
+            'path "cubbyhole/*" { capabilities = ["create", "read", "update", "list"] }\n'
+            'path "sys/mounts" { capabilities = ["deny"] }'
+        )
         status, body = await c.request("PUT", "/v1/sys/policies/acl/cubby", json={"policy": policy})
         assert status == 204, body
         status, body = await c.request("GET", "/v1/sys/policies/acl/cubby")
         assert body["data"]["policy"] == policy
         status, body = await c.request("LIST", "/v1/sys/policies/acl")
         assert {"cubby", "default", "root"} <= set(body["data"]["keys"])
-        status, body = await c.request("POST", "/v1/auth/token/create",
-                                       json={"policies": "cubby", "ttl": "1h"})
+        status, body = await c.request(
+            "POST", "/v1/auth/token/create", json={"policies": "cubby", "ttl": "1h"}
+        )
         assert status == 200, body
         tok = body["auth"]["client_token"]
         assert body["auth"]["policies"] == ["cubby", "default"]
@@ -139,10 +148,13 @@ async def test_policies_and_tokens(nats_url: str) -> None:
         status, body = await c.request("GET", "/v1/sys/policies/acl/cubby", token=tok)
         assert status == 403
         # Bearer works as well as the header.
-        async with aiohttp.ClientSession() as s, s.get(
-            c.secrets_url + "/v1/auth/token/lookup-self",
-            headers={"Authorization": f"Bearer {tok}"},
-        ) as r:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.get(
+                c.secrets_url + "/v1/auth/token/lookup-self",
+                headers={"Authorization": f"Bearer {tok}"},
+            ) as r,
+        ):
             assert r.status == 200
             assert (await r.json())["data"]["policies"] == ["cubby", "default"]
         status, _ = await c.request("POST", "/v1/auth/token/revoke-self", token=tok)
@@ -151,8 +163,11 @@ async def test_policies_and_tokens(nats_url: str) -> None:
         assert status == 403
         status, body = await c.request("GET", "/v1/sys/mounts", token="hvs.bogus")
         assert status == 403
-        status, body = await c.request("PUT", "/v1/sys/policies/acl/bad",
-                                       json={"policy": 'path "x" { capabilities = ["fly"] }'})
+        status, body = await c.request(
+            "PUT",
+            "/v1/sys/policies/acl/bad",
+            json={"policy": 'path "x" { capabilities = ["fly"] }'},
+        )
         assert status == 400 and "fly" in body["errors"][0]
     finally:
         await c.close()
@@ -163,24 +178,26 @@ async def test_namespaces_header_and_path_agree(nats_url: str) -> None:
     try:
         status, body = await c.request("POST", "/v1/sys/namespaces/team1")
         assert status == 200 and body["data"]["path"] == "team1/"
-        status, _ = await c.request("POST", "/v1/sys/mounts/team1/kvx",
-                                    json={"type": "cubbyhole"})
+        status, _ = await c.request("POST", "/v1/sys/mounts/team1/kvx", json={"type": "cubbyhole"})
         # cubbyhole is not mountable twice, a namespace has its own mount table instead.
         status, body = await c.request("POST", "/v1/team1/cubbyhole/a", json={"v": "1"})
         assert status == 204, body
-        status, body = await c.request("GET", "/v1/cubbyhole/a",
-                                       headers={"X-Vault-Namespace": "team1/"})
+        status, body = await c.request(
+            "GET", "/v1/cubbyhole/a", headers={"X-Vault-Namespace": "team1/"}
+        )
         assert status == 200 and body["data"] == {"v": "1"}
         status, body = await c.request("GET", "/v1/cubbyhole/a")
         assert status == 404  # the root namespace's cubbyhole is another one
         status, body = await c.request("LIST", "/v1/sys/namespaces")
         assert body["data"]["keys"] == ["team1/"]
         # A token made inside the namespace cannot reach the root namespace.
-        status, body = await c.request("POST", "/v1/team1/auth/token/create",
-                                       json={"policies": ["default"]})
+        status, body = await c.request(
+            "POST", "/v1/team1/auth/token/create", json={"policies": ["default"]}
+        )
         ns_tok = body["auth"]["client_token"]
-        assert ns_tok.endswith("." + (await c.request("GET", "/v1/sys/namespaces/team1"))[1]
-                               ["data"]["id"])
+        assert ns_tok.endswith(
+            "." + (await c.request("GET", "/v1/sys/namespaces/team1"))[1]["data"]["id"]
+        )
         status, _ = await c.request("GET", "/v1/sys/mounts", token=ns_tok)
         assert status == 403
         status, body = await c.request("POST", "/v1/sys/namespaces/team1/inner")
@@ -189,8 +206,9 @@ async def test_namespaces_header_and_path_agree(nats_url: str) -> None:
         assert status == 400 and "not a valid namespace name" in body["errors"][0]
         status, _ = await c.request("DELETE", "/v1/sys/namespaces/team1")
         assert status == 204
-        status, body = await c.request("GET", "/v1/cubbyhole/a",
-                                       headers={"X-Vault-Namespace": "team1/"})
+        status, body = await c.request(
+            "GET", "/v1/cubbyhole/a", headers={"X-Vault-Namespace": "team1/"}
+        )
         assert status == 404
     finally:
         await c.close()
@@ -199,17 +217,22 @@ async def test_namespaces_header_and_path_agree(nats_url: str) -> None:
 async def test_response_wrapping(nats_url: str) -> None:
     c = await start_cluster(nats_url)
     try:
-        status, body = await c.request("POST", "/v1/sys/wrapping/wrap",
-                                       json={"secret": "value"},
-                                       headers={"X-Vault-Wrap-TTL": "5m"})
+        status, body = await c.request(
+            "POST",
+            "/v1/sys/wrapping/wrap",
+            json={"secret": "value"},
+            headers={"X-Vault-Wrap-TTL": "5m"},
+        )
         assert status == 200, body
         info = body["wrap_info"]
         assert info["ttl"] == 300 and body["data"] is None
-        status, body = await c.request("POST", "/v1/sys/wrapping/lookup", token="",
-                                       json={"token": info["token"]})
+        status, body = await c.request(
+            "POST", "/v1/sys/wrapping/lookup", token="", json={"token": info["token"]}
+        )
         assert status == 200 and body["data"]["creation_ttl"] == 300
-        status, body = await c.request("POST", "/v1/sys/wrapping/rewrap",
-                                       json={"token": info["token"]})
+        status, body = await c.request(
+            "POST", "/v1/sys/wrapping/rewrap", json={"token": info["token"]}
+        )
         new = body["wrap_info"]["token"]
         assert new != info["token"]
         status, body = await c.request("POST", "/v1/sys/wrapping/unwrap", json={"token": new})
@@ -217,8 +240,9 @@ async def test_response_wrapping(nats_url: str) -> None:
         status, body = await c.request("POST", "/v1/sys/wrapping/unwrap", json={"token": new})
         assert status == 400  # single use
         # Any response can be wrapped: a token creation, unwrapped with the wrapping token.
-        status, body = await c.request("POST", "/v1/auth/token/create", json={"ttl": "1h"},
-                                       headers={"X-Svc-Wrap-TTL": "60"})
+        status, body = await c.request(
+            "POST", "/v1/auth/token/create", json={"ttl": "1h"}, headers={"X-Svc-Wrap-TTL": "60"}
+        )
         wrap = body["wrap_info"]["token"]
         assert body["auth"] is None and body["wrap_info"]["wrapped_accessor"]
         status, body = await c.request("POST", "/v1/sys/wrapping/unwrap", token=wrap)
@@ -239,7 +263,8 @@ async def test_help_and_openapi(nats_url: str) -> None:
         assert "/sys/mounts/{path}" in paths and "/auth/token/create" in paths
         assert "post" in paths["/sys/policies/acl/{name}"]
         schema = paths["/sys/policies/acl/{name}"]["post"]["requestBody"]["content"][
-            "application/json"]["schema"]
+            "application/json"
+        ]["schema"]
         assert "policy" in schema["properties"] and "name" not in schema["properties"]
         status, _ = await c.request("GET", "/v1/sys/mounts?help=1", token="")
         assert status == 403
@@ -252,11 +277,13 @@ async def test_bad_input_gets_documented_errors(nats_url: str) -> None:
     try:
         async with aiohttp.ClientSession() as s:
             hdr = {"X-Vault-Token": c.root_token}
-            async with s.post(c.secrets_url + "/v1/sys/policies/acl/x", data=b"{not json",
-                              headers=hdr) as r:
+            async with s.post(
+                c.secrets_url + "/v1/sys/policies/acl/x", data=b"{not json", headers=hdr
+            ) as r:
                 assert r.status == 400 and "failed to parse JSON" in (await r.json())["errors"][0]
-            async with s.post(c.secrets_url + "/v1/sys/policies/acl/x", data=b"[1,2]",
-                              headers=hdr) as r:
+            async with s.post(
+                c.secrets_url + "/v1/sys/policies/acl/x", data=b"[1,2]", headers=hdr
+            ) as r:
                 assert r.status == 400
             async with s.request("PURGE", c.secrets_url + "/v1/sys/mounts", headers=hdr) as r:
                 assert r.status == 405 and (await r.json())["errors"]
@@ -273,19 +300,23 @@ async def test_bad_input_gets_documented_errors(nats_url: str) -> None:
                 assert r.status == 413 and "limit" in (await r.json())["errors"][0]
             # A 30 MB body crosses the bus end to end.
             payload = {"blob": "y" * (30 * 1024 * 1024)}
-            async with s.post(c.secrets_url + "/v1/cubbyhole/large", json=payload,
-                              headers=hdr) as r:
+            async with s.post(
+                c.secrets_url + "/v1/cubbyhole/large", json=payload, headers=hdr
+            ) as r:
                 assert r.status == 204, await r.text()
             async with s.get(c.secrets_url + "/v1/cubbyhole/large", headers=hdr) as r:
                 assert len((await r.json())["data"]["blob"]) == 30 * 1024 * 1024
-            async with s.post(c.secrets_url + "/v1/auth/token/create",
-                              json={"ttl": "forever"}, headers=hdr) as r:
+            async with s.post(
+                c.secrets_url + "/v1/auth/token/create", json={"ttl": "forever"}, headers=hdr
+            ) as r:
                 assert r.status == 400 and "ttl" in (await r.json())["errors"][0]
-            async with s.post(c.secrets_url + "/v1/auth/token/create",
-                              json={"num_uses": "many"}, headers=hdr) as r:
+            async with s.post(
+                c.secrets_url + "/v1/auth/token/create", json={"num_uses": "many"}, headers=hdr
+            ) as r:
                 assert r.status == 400
-            async with s.get(c.secrets_url + "/v1/sys/mounts", headers={
-                    "X-Request-Id": "abc123", **hdr}) as r:
+            async with s.get(
+                c.secrets_url + "/v1/sys/mounts", headers={"X-Request-Id": "abc123", **hdr}
+            ) as r:
                 assert r.headers["X-Request-Id"] == "abc123"
                 assert (await r.json())["request_id"] == "abc123"
             async with s.get(c.secrets_url + "/v1/sys/health") as r:

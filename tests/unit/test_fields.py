@@ -30,10 +30,20 @@ class Role(msgspec.Struct, kw_only=True):
     tags: list[str] = []
 
 
-@pytest.mark.parametrize(("raw", "secs"), [
-    (90, 90), ("90", 90), ("1h", 3600), ("1h30m", 5400), ("2.5s", 2), ("1d", 86400),
-    ("", 0), ("500ms", 0), (12.7, 12),
-])
+@pytest.mark.parametrize(
+    ("raw", "secs"),
+    [
+        (90, 90),
+        ("90", 90),
+        ("1h", 3600),
+        ("1h30m", 5400),
+        ("2.5s", 2),
+        ("1d", 86400),
+        ("", 0),
+        ("500ms", 0),
+        (12.7, 12),
+    ],
+)
 def test_durations(raw: object, secs: int) -> None:
     assert parse_duration(raw) == secs
 
@@ -51,12 +61,30 @@ def test_format_duration() -> None:
 
 
 def test_weak_values_as_vault_takes_them() -> None:
-    f, unknown = decode_fields(Role, {"ttl": "1h", "users": "a, b,,c", "enabled": "",
-                                      "port": "2222", "opts": '{"k": "v"}',
-                                      "pairs": ["a=1", "b=2"], "tags": "one", "junk": 1},
-                               {"name": "r1"})
-    assert f == Role(name="r1", ttl=3600, users=["a", "b", "c"], enabled=False, port=2222,
-                     opts={"k": "v"}, pairs={"a": "1", "b": "2"}, tags=["one"])
+    f, unknown = decode_fields(
+        Role,
+        {
+            "ttl": "1h",
+            "users": "a, b,,c",
+            "enabled": "",
+            "port": "2222",
+            "opts": '{"k": "v"}',
+            "pairs": ["a=1", "b=2"],
+            "tags": "one",
+            "junk": 1,
+        },
+        {"name": "r1"},
+    )
+    assert f == Role(
+        name="r1",
+        ttl=3600,
+        users=["a", "b", "c"],
+        enabled=False,
+        port=2222,
+        opts={"k": "v"},
+        pairs={"a": "1", "b": "2"},
+        tags=["one"],
+    )
     assert unknown == ["junk"]
     f, _ = decode_fields(Role, {"enabled": "true", "ttl": None, "users": ["x"]}, {"name": "r"})
     assert f.enabled is True and f.ttl == 0 and f.users == ["x"]
@@ -69,10 +97,17 @@ def test_captures_beat_body() -> None:
     assert f.name == "url"
 
 
-@pytest.mark.parametrize(("data", "fragment"), [
-    ({"ttl": "soon"}, "ttl"), ({"port": "abc"}, "port"), ({"enabled": "maybe"}, "enabled"),
-    ({"opts": "{nope"}, "opts"), ({"pairs": ["novalue"]}, "pairs"), ({"port": [1]}, "port"),
-])
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        ({"ttl": "soon"}, "ttl"),
+        ({"port": "abc"}, "port"),
+        ({"enabled": "maybe"}, "enabled"),
+        ({"opts": "{nope"}, "opts"),
+        ({"pairs": ["novalue"]}, "pairs"),
+        ({"port": [1]}, "port"),
+    ],
+)
 def test_bad_values_name_the_field(data: dict[str, object], fragment: str) -> None:
     with pytest.raises(FieldError) as err:
         decode_fields(Role, data, {"name": "r"})

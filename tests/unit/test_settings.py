@@ -13,8 +13,9 @@ from shared.settings import load_settings
 def test_file_then_env(tmp_path: Path) -> None:
     cfg = tmp_path / "t.yaml"
     cfg.write_text("replicas: 3\nseal:\n  type: static\n  key: abc\nlog_json: false\n")
-    s = load_settings(cfg, env={"TRELLIS_REPLICAS": "5", "TRELLIS_SEAL__KEY": "xyz",
-                                "TRELLIS_UNRELATED": "1"})
+    s = load_settings(
+        cfg, env={"TRELLIS_REPLICAS": "5", "TRELLIS_SEAL__KEY": "xyz", "TRELLIS_UNRELATED": "1"}
+    )
     assert s.replicas == 5 and s.seal.type == "static" and s.seal.key == "xyz"
     assert s.log_json is False and s.secrets_addr == "127.0.0.1:8200"
 

@@ -85,14 +85,23 @@ def _ts(value: float) -> str | None:
 
 def lookup_data(entry: TokenEntry, *, include_id: bool) -> dict[str, Any]:
     data: dict[str, Any] = {
-        "accessor": entry.accessor, "creation_time": int(entry.creation_time),
-        "creation_ttl": entry.ttl, "display_name": entry.display_name,
-        "entity_id": entry.entity_id, "expire_time": _ts(entry.expire_time),
-        "explicit_max_ttl": entry.explicit_max_ttl, "id": entry.id if include_id else "",
-        "issue_time": _ts(entry.creation_time), "meta": entry.meta,
-        "num_uses": max(entry.num_uses, 0), "orphan": entry.orphan, "path": entry.path,
-        "policies": entry.policies, "renewable": entry.renewable,
-        "ttl": entry.remaining(), "type": entry.type,
+        "accessor": entry.accessor,
+        "creation_time": int(entry.creation_time),
+        "creation_ttl": entry.ttl,
+        "display_name": entry.display_name,
+        "entity_id": entry.entity_id,
+        "expire_time": _ts(entry.expire_time),
+        "explicit_max_ttl": entry.explicit_max_ttl,
+        "id": entry.id if include_id else "",
+        "issue_time": _ts(entry.creation_time),
+        "meta": entry.meta,
+        "num_uses": max(entry.num_uses, 0),
+        "orphan": entry.orphan,
+        "path": entry.path,
+        "policies": entry.policies,
+        "renewable": entry.renewable,
+        "ttl": entry.remaining(),
+        "type": entry.type,
     }
     if entry.period:
         data["period"] = entry.period
@@ -115,8 +124,9 @@ class TokenBackend(Backend):
         return req.token
 
     # ---- create -------------------------------------------------------------------------
-    async def _create(self, req: Request, f: CreateFields, *, orphan: bool,
-                      role: RoleFields | None = None) -> Response:
+    async def _create(
+        self, req: Request, f: CreateFields, *, orphan: bool, role: RoleFields | None = None
+    ) -> Response:
         parent = await self._caller(req)
         is_root = parent.is_root()
         if f.type not in ("service", "default", ""):
@@ -137,13 +147,19 @@ class TokenBackend(Backend):
         if role is not None:
             allowed = set(role.allowed_policies)
             if not policies:
-                policies = sorted(allowed) if allowed else [p for p in parent.policies
-                                                           if p != "root"]
-            bad = [p for p in policies if p in role.disallowed_policies or
-                   (allowed and p not in allowed and p != "default")]
+                policies = (
+                    sorted(allowed) if allowed else [p for p in parent.policies if p != "root"]
+                )
+            bad = [
+                p
+                for p in policies
+                if p in role.disallowed_policies
+                or (allowed and p not in allowed and p != "default")
+            ]
             if bad:
-                raise bad_request(f"token policies ({bad}) must be subset of the role's "
-                                  "allowed policies")
+                raise bad_request(
+                    f"token policies ({bad}) must be subset of the role's allowed policies"
+                )
             orphan = orphan or role.orphan
         elif not policies:
             policies = list(parent.policies)
@@ -161,13 +177,15 @@ class TokenBackend(Backend):
         policies = sorted(set(policies))
         period = f.period or (role.token_period or role.period if role else 0)
         explicit_max = f.explicit_max_ttl or (
-            role.token_explicit_max_ttl or role.explicit_max_ttl if role else 0)
+            role.token_explicit_max_ttl or role.explicit_max_ttl if role else 0
+        )
         ttl = period or f.ttl or f.lease or (role.token_ttl if role else 0)
         mount = req.mount
         default_ttl, max_ttl = self._store().ttl_limits(
             mount.config.default_lease_ttl if mount else 0,
-            mount.config.max_lease_ttl if mount else 0)
-        if ttl == 0 and not (policies == ["root"]):
+            mount.config.max_lease_ttl if mount else 0,
+        )
+        if ttl == 0 and policies != ["root"]:
             ttl = default_ttl
         if explicit_max:
             ttl = min(ttl, explicit_max) if ttl else explicit_max
@@ -175,15 +193,22 @@ class TokenBackend(Backend):
             ttl = min(ttl, max_ttl) if not explicit_max else ttl
         display = f.display_name.strip().lower().replace(" ", "-")
         entry = TokenEntry(
-            id=f.id or self._store().new_id(req.namespace), accessor=random_b62(),
-            policies=policies, meta=f.meta or None,
+            id=f.id or self._store().new_id(req.namespace),
+            accessor=random_b62(),
+            policies=policies,
+            meta=f.meta or None,
             display_name=f"token-{display}" if display else "token",
-            path=req.full_path, creation_time=time.time(), ttl=ttl,
-            explicit_max_ttl=explicit_max, period=period, num_uses=f.num_uses,
+            path=req.full_path,
+            creation_time=time.time(),
+            ttl=ttl,
+            explicit_max_ttl=explicit_max,
+            period=period,
+            num_uses=f.num_uses,
             renewable=f.renewable and (role.renewable if role else True),
             orphan=orphan or f.no_parent,
             parent="" if (orphan or f.no_parent) else self._store().hash(parent.id),
-            namespace_id=req.namespace.id, role=role.role_name if role else "",
+            namespace_id=req.namespace.id,
+            role=role.role_name if role else "",
         )
         try:
             await self._store().create(entry)
@@ -229,8 +254,9 @@ class TokenBackend(Backend):
             if not entry.renewable:
                 raise bad_request("lease is not renewable")
             if not entry.ttl and not entry.period:
-                return Response(auth=auth_block(entry),
-                                warnings=["the token has no TTL: nothing to renew"])
+                return Response(
+                    auth=auth_block(entry), warnings=["the token has no TTL: nothing to renew"]
+                )
             renewed = await self._store().renew(entry, increment)
             block = auth_block(renewed)
             block["lease_duration"] = max(0, round(renewed.expire_time - time.time()))
@@ -310,42 +336,103 @@ class TokenBackend(Backend):
 
         r = Operation
         return [
-            Path("create", write(create, "Create a child token"), CreateFields,
-                 synopsis="Create a token as a child of the caller."),
-            Path("create-orphan", write(create_orphan, "Create an orphan token"), CreateFields,
-                 synopsis="Create a token with no parent."),
-            Path("create/{role_name}", write(create_role, "Create a token from a role"),
-                 CreateFields, synopsis="Create a token with a role's settings."),
-            Path("lookup", {Op.READ: r(lookup, "Look up a token"),
-                            **write(lookup, "Look up a token")}, TokenField,
-                 synopsis="Read a token's properties."),
-            Path("lookup-self", {Op.READ: r(lookup_self, "Look up the caller"),
-                                 **write(lookup_self, "Look up the caller")}, NoFields,
-                 synopsis="Read the calling token's properties."),
-            Path("lookup-accessor", write(lookup_accessor, "Look up by accessor"),
-                 AccessorField, synopsis="Read a token's properties by accessor."),
+            Path(
+                "create",
+                write(create, "Create a child token"),
+                CreateFields,
+                synopsis="Create a token as a child of the caller.",
+            ),
+            Path(
+                "create-orphan",
+                write(create_orphan, "Create an orphan token"),
+                CreateFields,
+                synopsis="Create a token with no parent.",
+            ),
+            Path(
+                "create/{role_name}",
+                write(create_role, "Create a token from a role"),
+                CreateFields,
+                synopsis="Create a token with a role's settings.",
+            ),
+            Path(
+                "lookup",
+                {Op.READ: r(lookup, "Look up a token"), **write(lookup, "Look up a token")},
+                TokenField,
+                synopsis="Read a token's properties.",
+            ),
+            Path(
+                "lookup-self",
+                {
+                    Op.READ: r(lookup_self, "Look up the caller"),
+                    **write(lookup_self, "Look up the caller"),
+                },
+                NoFields,
+                synopsis="Read the calling token's properties.",
+            ),
+            Path(
+                "lookup-accessor",
+                write(lookup_accessor, "Look up by accessor"),
+                AccessorField,
+                synopsis="Read a token's properties by accessor.",
+            ),
             Path("renew", write(renew, "Renew a token"), TokenField, synopsis="Renew a token."),
-            Path("renew-self", write(renew_self, "Renew the caller"), IncrementField,
-                 synopsis="Renew the calling token."),
-            Path("renew-accessor", write(renew_accessor, "Renew by accessor"), AccessorField,
-                 synopsis="Renew a token by accessor."),
-            Path("revoke", write(revoke, "Revoke a token and its children"), TokenField,
-                 synopsis="Revoke a token, its children and their leases."),
-            Path("revoke-self", write(revoke_self, "Revoke the caller"), NoFields,
-                 synopsis="Revoke the calling token and its children."),
-            Path("revoke-accessor", write(revoke_accessor, "Revoke by accessor"),
-                 AccessorField, synopsis="Revoke a token by accessor."),
-            Path("revoke-orphan", write(revoke_orphan, "Revoke, orphaning the children"),
-                 TokenField, synopsis="Revoke a token; its children become orphans."),
-            Path(("accessors", "accessors/"), {Op.LIST: r(accessors, "List accessors",
-                                                          sudo=True)},
-                 synopsis="List the accessors of every token."),
-            Path(("roles", "roles/"), {Op.LIST: r(role_list, "List roles")},
-                 synopsis="List token roles."),
-            Path("roles/{role_name}", {Op.READ: r(role_read, "Read a role"),
-                                       **write(role_write, "Write a role"),
-                                       Op.DELETE: r(role_delete, "Delete a role")},
-                 RoleFields, exists=role_exists, synopsis="Token roles."),
+            Path(
+                "renew-self",
+                write(renew_self, "Renew the caller"),
+                IncrementField,
+                synopsis="Renew the calling token.",
+            ),
+            Path(
+                "renew-accessor",
+                write(renew_accessor, "Renew by accessor"),
+                AccessorField,
+                synopsis="Renew a token by accessor.",
+            ),
+            Path(
+                "revoke",
+                write(revoke, "Revoke a token and its children"),
+                TokenField,
+                synopsis="Revoke a token, its children and their leases.",
+            ),
+            Path(
+                "revoke-self",
+                write(revoke_self, "Revoke the caller"),
+                NoFields,
+                synopsis="Revoke the calling token and its children.",
+            ),
+            Path(
+                "revoke-accessor",
+                write(revoke_accessor, "Revoke by accessor"),
+                AccessorField,
+                synopsis="Revoke a token by accessor.",
+            ),
+            Path(
+                "revoke-orphan",
+                write(revoke_orphan, "Revoke, orphaning the children"),
+                TokenField,
+                synopsis="Revoke a token; its children become orphans.",
+            ),
+            Path(
+                ("accessors", "accessors/"),
+                {Op.LIST: r(accessors, "List accessors", sudo=True)},
+                synopsis="List the accessors of every token.",
+            ),
+            Path(
+                ("roles", "roles/"),
+                {Op.LIST: r(role_list, "List roles")},
+                synopsis="List token roles.",
+            ),
+            Path(
+                "roles/{role_name}",
+                {
+                    Op.READ: r(role_read, "Read a role"),
+                    **write(role_write, "Write a role"),
+                    Op.DELETE: r(role_delete, "Delete a role"),
+                },
+                RoleFields,
+                exists=role_exists,
+                synopsis="Token roles.",
+            ),
         ]
 
 

@@ -22,7 +22,7 @@ def children(keys: list[str], prefix: str) -> list[str]:
     """Vault's LIST: the immediate children of `prefix`, folders with a trailing slash."""
     out: set[str] = set()
     for key in keys:
-        rel = key[len(prefix):]
+        rel = key[len(prefix) :]
         if not rel:
             continue
         head, sep, _ = rel.partition("/")
@@ -82,7 +82,7 @@ class Barrier:
     async def list_all(self, prefix: str) -> list[str]:
         """Every key below `prefix`, relative to it."""
         self._ring()
-        return [k[len(prefix):] for k in await self.storage.list(prefix)]
+        return [k[len(prefix) :] for k in await self.storage.list(prefix)]
 
     def view(self, prefix: str) -> BarrierView:
         return BarrierView(self, prefix)

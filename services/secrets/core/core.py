@@ -44,8 +44,13 @@ class Invalidate(msgspec.Struct, kw_only=True):
 
 
 class Core:
-    def __init__(self, bus: Bus, settings: Settings, storage: Storage,
-                 is_leader: Callable[[], bool] = lambda: True) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        settings: Settings,
+        storage: Storage,
+        is_leader: Callable[[], bool] = lambda: True,
+    ) -> None:
         self.bus = bus
         self.settings = settings
         self.storage = storage
@@ -102,8 +107,9 @@ class Core:
 
     # ---- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
-        await self.bus.serve(subjects.SEAL_CHANGED.on(self.settings.cluster_name),
-                             self._on_invalidate, Invalidate)
+        await self.bus.serve(
+            subjects.SEAL_CHANGED.on(self.settings.cluster_name), self._on_invalidate, Invalidate
+        )
         # DR mode first (issue 5): a DR secondary must not unseal by itself and write.
         from services.replication.link import link_of
 
@@ -148,14 +154,16 @@ class Core:
     async def broadcast_invalidate(self, what: str) -> None:
         if what == "policies":
             self.policies.invalidate()
-        await self.bus.publish(subjects.SEAL_CHANGED.on(self.settings.cluster_name),
-                               Invalidate(what=what, origin=self.seal.node_id))
+        await self.bus.publish(
+            subjects.SEAL_CHANGED.on(self.settings.cluster_name),
+            Invalidate(what=what, origin=self.seal.node_id),
+        )
 
     async def _on_invalidate(self, msg: Invalidate, _ctx: object) -> None:
         if msg.origin == self.seal.node_id or self.barrier.sealed:
             return
         if msg.what.startswith("token:"):
-            self.tokens.invalidate_local(msg.what[len("token:"):])
+            self.tokens.invalidate_local(msg.what[len("token:") :])
         elif msg.what == "policies":
             self.policies.invalidate()
         else:
@@ -197,9 +205,14 @@ class Core:
         table = MountTable()
         table.revisions = await self._doc_revisions(ns)
         for path, type_ in SYSTEM_MOUNTS.items():
-            entry = MountEntry(path=path, type=type_, uuid=f"{ns.id}-{type_}",
-                               accessor=f"{type_}_{ns.id}", namespace_id=ns.id,
-                               description=_SYSTEM_DESCRIPTIONS[type_])
+            entry = MountEntry(
+                path=path,
+                type=type_,
+                uuid=f"{ns.id}-{type_}",
+                accessor=f"{type_}_{ns.id}",
+                namespace_id=ns.id,
+                description=_SYSTEM_DESCRIPTIONS[type_],
+            )
             table.set(entry, await self._instantiate(ns, entry))
         for auth in (False, True):
             doc, _ = await self._read_doc(ns, auth)
@@ -231,14 +244,20 @@ class Core:
     def table(self, ns: Namespace) -> MountTable:
         return self.tables.get(ns.id) or MountTable()
 
-    async def mount(self, ns: Namespace, path: str, type_: str, *, auth: bool,
-                    **kw: object) -> MountEntry:
+    async def mount(
+        self, ns: Namespace, path: str, type_: str, *, auth: bool, **kw: object
+    ) -> MountEntry:
         full = ("auth/" if auth else "") + path.strip("/") + "/"
-        if full in SYSTEM_MOUNTS or full.startswith(("sys/", "cubbyhole/")) or \
-                (not auth and full.startswith("auth/")):
+        if (
+            full in SYSTEM_MOUNTS
+            or full.startswith(("sys/", "cubbyhole/"))
+            or (not auth and full.startswith("auth/"))
+        ):
             raise bad_request(f"cannot mount at {full!r}: the path is reserved")
-        if registry.backend_class(type_, auth=auth) is None and \
-                await self.plugin_backend(MountEntry(path=full, type=type_)) is None:
+        if (
+            registry.backend_class(type_, auth=auth) is None
+            and await self.plugin_backend(MountEntry(path=full, type=type_)) is None
+        ):
             kind = "auth method" if auth else "secrets engine"
             raise bad_request(f"unknown {kind} type: {type_}")
         table = self.table(ns)
@@ -252,8 +271,9 @@ class Core:
         await self.broadcast_invalidate("mounts")
         return entry
 
-    async def _change_doc(self, ns: Namespace, auth: bool,
-                          change: Callable[[MountTableDoc], object]) -> None:
+    async def _change_doc(
+        self, ns: Namespace, auth: bool, change: Callable[[MountTableDoc], object]
+    ) -> None:
         view = self.namespaces.view(ns)
         key = self._table_key(auth)
         for _ in range(50):
@@ -288,6 +308,7 @@ class Core:
     async def update_mount(self, ns: Namespace, entry: MountEntry) -> None:
         def replace(doc: MountTableDoc) -> None:
             doc.entries = [entry if e.path == entry.path else e for e in doc.entries]
+
         await self._change_doc(ns, entry.is_auth, replace)
         table = self.table(ns)
         backend = table.backends.get(entry.path)
@@ -312,6 +333,7 @@ class Core:
 
         def change(doc: MountTableDoc) -> None:
             doc.entries = [moved if e.path == src else e for e in doc.entries]
+
         await self._change_doc(ns, entry.is_auth, change)
         backend = table.remove(src)
         if backend is not None:
@@ -340,8 +362,14 @@ class Core:
         from services.secrets.core.namespaces import ROOT
 
         with contextlib.suppress(Exception):
-            await self.mount(ROOT, "secret", "kv", auth=False, options={"version": "2"},
-                             description="key/value secret storage")
+            await self.mount(
+                ROOT,
+                "secret",
+                "kv",
+                auth=False,
+                options={"version": "2"},
+                description="key/value secret storage",
+            )
 
 
 def _drop(doc: MountTableDoc, path: str) -> None:

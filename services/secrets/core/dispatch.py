@@ -17,8 +17,13 @@ import structlog
 
 from services.secrets.core.namespaces import ROOT
 from services.secrets.core.tokens import TokenEntry, random_b62
-from services.secrets.errors import SecretsError, bad_request, permission_denied, sealed, \
-    unsupported_operation
+from services.secrets.errors import (
+    SecretsError,
+    bad_request,
+    permission_denied,
+    sealed,
+    unsupported_operation,
+)
 from services.secrets.framework.durations import parse_duration
 from services.secrets.framework.help import help_document
 from services.secrets.framework.path import Op
@@ -38,8 +43,15 @@ JSON = {"Content-Type": "application/json"}
 _enc = msgspec.json.Encoder()
 
 # What a sealed (or uninitialised) service still answers.
-SEALED_OK = {"sys/init", "sys/seal-status", "sys/unseal", "sys/health", "sys/leader",
-             "sys/replication/dr/status", "sys/internal/specs/openapi"}
+SEALED_OK = {
+    "sys/init",
+    "sys/seal-status",
+    "sys/unseal",
+    "sys/health",
+    "sys/leader",
+    "sys/replication/dr/status",
+    "sys/internal/specs/openapi",
+}
 
 # DR replication paths answer while sealed (a secondary always is); each checks its own auth.
 DR_PREFIX = "sys/replication/dr/"
@@ -49,8 +61,15 @@ def _dr_secondary_ok(path: str) -> bool:
     return path.startswith(DR_PREFIX) or path.rstrip("/") in ("sys/health", "sys/seal-status")
 
 
-_METHODS = {"GET": Op.READ, "HEAD": Op.READ, "LIST": Op.LIST, "POST": Op.UPDATE,
-            "PUT": Op.UPDATE, "DELETE": Op.DELETE, "PATCH": Op.PATCH}
+_METHODS = {
+    "GET": Op.READ,
+    "HEAD": Op.READ,
+    "LIST": Op.LIST,
+    "POST": Op.UPDATE,
+    "PUT": Op.UPDATE,
+    "DELETE": Op.DELETE,
+    "PATCH": Op.PATCH,
+}
 
 
 def error_response(status: int, messages: list[str]) -> HttpResponse:
@@ -119,13 +138,21 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
     if op is Op.READ and query.get("list", [""])[0] in ("1", "true"):
         op = Op.LIST
     is_write = method in ("POST", "PUT", "PATCH")
-    data = _parse_body(env) if is_write else {
-        k: (v[0] if len(v) == 1 else v) for k, v in query.items() if k not in ("list", "help")}
+    data = (
+        _parse_body(env)
+        if is_write
+        else {
+            k: (v[0] if len(v) == 1 else v) for k, v in query.items() if k not in ("list", "help")
+        }
+    )
 
     # A DR secondary (sealed: it holds its primary's ciphertext) answers only these (issue 5).
     if core.dr_mode == "secondary" and not _dr_secondary_ok(path):
-        raise SecretsError(400, "this cluster is a DR secondary: it serves only "
-                                "sys/replication/dr/*, sys/health and sys/seal-status")
+        raise SecretsError(
+            400,
+            "this cluster is a DR secondary: it serves only "
+            "sys/replication/dr/*, sys/health and sys/seal-status",
+        )
     # Before unseal only a few system paths answer, all in the root namespace.
     sealed_now = core.sealed
     if sealed_now:
@@ -153,13 +180,24 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
     else:
         backend = table.backends[mount.path]
         mount_path = mount.path
-    rel = ns_path[len(mount_path):] if ns_path.startswith(mount_path) else ""
+    rel = ns_path[len(mount_path) :] if ns_path.startswith(mount_path) else ""
 
     token_id = client_token(env)
-    req = Request(op=op, path=rel, mount_path=mount_path, namespace=ns, data=data,
-                  headers=env.headers, storage=backend.storage, core=core, mount=mount,
-                  client_token=token_id, request_id=env.request_id,
-                  remote_addr=env.remote_addr, query=query)
+    req = Request(
+        op=op,
+        path=rel,
+        mount_path=mount_path,
+        namespace=ns,
+        data=data,
+        headers=env.headers,
+        storage=backend.storage,
+        core=core,
+        mount=mount,
+        client_token=token_id,
+        request_id=env.request_id,
+        remote_addr=env.remote_addr,
+        query=query,
+    )
 
     if want_help:
         entry = await _authenticate(core, token_id)
@@ -177,8 +215,11 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
         req.op = op
     spec = backend.operation(routed, op)
     if core.dr_mode == "secondary" and not spec.unauthenticated:
-        raise SecretsError(400, "this cluster is a DR secondary: it accepts no client tokens "
-                                "(operations on it take a DR operation token)")
+        raise SecretsError(
+            400,
+            "this cluster is a DR secondary: it accepts no client tokens "
+            "(operations on it take a DR operation token)",
+        )
 
     if not spec.unauthenticated:
         entry = await _authenticate(core, token_id)
@@ -202,7 +243,8 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
         await core.tokens.revoke_tree(req.token)  # that was its last use
     if unknown and not routed.path.arbitrary_input:
         resp.warnings.append(
-            f"Endpoint ignored these unrecognized parameters: [{' '.join(unknown)}]")
+            f"Endpoint ignored these unrecognized parameters: [{' '.join(unknown)}]"
+        )
     return await _render(core, env, req, backend, resp)
 
 
@@ -226,7 +268,7 @@ def _acl_path(core: Core, entry: TokenEntry, ns: Namespace, ns_path: str) -> str
     full = ns.path + ns_path
     if not full.startswith(tns.path):
         raise permission_denied()
-    return full[len(tns.path):]
+    return full[len(tns.path) :]
 
 
 def _wrap_ttl(env: HttpRequest) -> int:
@@ -239,14 +281,24 @@ def _wrap_ttl(env: HttpRequest) -> int:
         raise bad_request(f"invalid wrap TTL {raw!r}") from None
 
 
-async def _render(core: Core, env: HttpRequest, req: Request, backend: Backend,
-                  resp: Response) -> HttpResponse:
+async def _render(
+    core: Core, env: HttpRequest, req: Request, backend: Backend, resp: Response
+) -> HttpResponse:
     if resp.raw is not None:
-        return HttpResponse(status=resp.raw.status, body=resp.raw.body,
-                            headers={"Content-Type": resp.raw.content_type})
+        return HttpResponse(
+            status=resp.raw.status,
+            body=resp.raw.body,
+            headers={"Content-Type": resp.raw.content_type},
+        )
     body: dict[str, Any] = {
-        "request_id": env.request_id, "lease_id": "", "renewable": False, "lease_duration": 0,
-        "data": resp.data, "wrap_info": None, "warnings": resp.warnings or None, "auth": None,
+        "request_id": env.request_id,
+        "lease_id": "",
+        "renewable": False,
+        "lease_duration": 0,
+        "data": resp.data,
+        "wrap_info": None,
+        "warnings": resp.warnings or None,
+        "auth": None,
     }
     if req.mount is not None:
         body["mount_type"] = req.mount.type
@@ -257,10 +309,16 @@ async def _render(core: Core, env: HttpRequest, req: Request, backend: Backend,
         default_ttl, max_ttl = core.tokens.ttl_limits(mount_default, mount_max)
         ttl = min(lease.ttl or default_ttl, lease.max_ttl or max_ttl, max_ttl)
         entry = await core.expiration.register(
-            path=req.full_path, namespace_id=req.namespace.id, mount_path=req.mount_path,
-            secret_type=lease.secret_type, internal=lease.internal, ttl=ttl,
-            max_ttl=lease.max_ttl or max_ttl, renewable=lease.renewable,
-            token=core.tokens.hash(req.token.id) if req.token else "")
+            path=req.full_path,
+            namespace_id=req.namespace.id,
+            mount_path=req.mount_path,
+            secret_type=lease.secret_type,
+            internal=lease.internal,
+            ttl=ttl,
+            max_ttl=lease.max_ttl or max_ttl,
+            renewable=lease.renewable,
+            token=core.tokens.hash(req.token.id) if req.token else "",
+        )
         body.update(lease_id=entry.lease_id, lease_duration=ttl, renewable=lease.renewable)
     wrapped_accessor = ""
     if isinstance(resp.auth, AuthSpec):
@@ -275,13 +333,26 @@ async def _render(core: Core, env: HttpRequest, req: Request, backend: Backend,
             body.setdefault(k, v)
     wrap_ttl = _wrap_ttl(env)
     if wrap_ttl and (resp.data is not None or body["auth"] is not None):
-        info = await core.wrapping.wrap(req.namespace, body, wrap_ttl, req.full_path,
-                                        wrapped_accessor)
-        body = {"request_id": env.request_id, "lease_id": "", "renewable": False,
-                "lease_duration": 0, "data": None, "wrap_info": info, "warnings": None,
-                "auth": None}
-    elif (resp.data is None and body["auth"] is None and not resp.warnings
-          and resp.status is None and not resp.extra):
+        info = await core.wrapping.wrap(
+            req.namespace, body, wrap_ttl, req.full_path, wrapped_accessor
+        )
+        body = {
+            "request_id": env.request_id,
+            "lease_id": "",
+            "renewable": False,
+            "lease_duration": 0,
+            "data": None,
+            "wrap_info": info,
+            "warnings": None,
+            "auth": None,
+        }
+    elif (
+        resp.data is None
+        and body["auth"] is None
+        and not resp.warnings
+        and resp.status is None
+        and not resp.extra
+    ):
         return HttpResponse(status=204)
     return HttpResponse(status=resp.status or 200, headers=JSON, body=_enc.encode(body))
 
@@ -290,7 +361,8 @@ async def _login(core: Core, req: Request, spec: AuthSpec) -> dict[str, Any]:
     """Turn a login result into a token (an orphan, as Vault's logins are)."""
     mount = req.mount
     default_ttl, max_ttl = core.tokens.ttl_limits(
-        mount.config.default_lease_ttl if mount else 0, mount.config.max_lease_ttl if mount else 0)
+        mount.config.default_lease_ttl if mount else 0, mount.config.max_lease_ttl if mount else 0
+    )
     explicit = spec.explicit_max_ttl
     if spec.period:
         cap = explicit
@@ -304,12 +376,21 @@ async def _login(core: Core, req: Request, spec: AuthSpec) -> dict[str, Any]:
         policies = ["root"]
     mount_type = mount.type if mount else "token"
     entry = TokenEntry(
-        id=core.tokens.new_id(req.namespace), accessor=random_b62(), policies=policies,
-        meta=spec.metadata or None, display_name=f"{mount_type}-{spec.display_name}".rstrip("-"),
-        path=req.full_path, creation_time=time.time(), ttl=ttl,
+        id=core.tokens.new_id(req.namespace),
+        accessor=random_b62(),
+        policies=policies,
+        meta=spec.metadata or None,
+        display_name=f"{mount_type}-{spec.display_name}".rstrip("-"),
+        path=req.full_path,
+        creation_time=time.time(),
+        ttl=ttl,
         explicit_max_ttl=cap,
-        period=spec.period, num_uses=spec.num_uses, renewable=spec.renewable, orphan=True,
-        namespace_id=req.namespace.id, internal={k: str(v) for k, v in spec.internal.items()},
+        period=spec.period,
+        num_uses=spec.num_uses,
+        renewable=spec.renewable,
+        orphan=True,
+        namespace_id=req.namespace.id,
+        internal={k: str(v) for k, v in spec.internal.items()},
     )
     await core.tokens.create(entry)
     return auth_block(entry)
@@ -317,9 +398,17 @@ async def _login(core: Core, req: Request, spec: AuthSpec) -> dict[str, Any]:
 
 def auth_block(entry: TokenEntry) -> dict[str, Any]:
     return {
-        "client_token": entry.id, "accessor": entry.accessor, "policies": entry.policies,
-        "token_policies": entry.policies, "identity_policies": None,
-        "metadata": entry.meta, "lease_duration": entry.ttl, "renewable": entry.renewable,
-        "entity_id": entry.entity_id, "token_type": entry.type, "orphan": entry.orphan,
-        "mfa_requirement": None, "num_uses": max(entry.num_uses, 0),
+        "client_token": entry.id,
+        "accessor": entry.accessor,
+        "policies": entry.policies,
+        "token_policies": entry.policies,
+        "identity_policies": None,
+        "metadata": entry.meta,
+        "lease_duration": entry.ttl,
+        "renewable": entry.renewable,
+        "entity_id": entry.entity_id,
+        "token_type": entry.type,
+        "orphan": entry.orphan,
+        "mfa_requirement": None,
+        "num_uses": max(entry.num_uses, 0),
     }

@@ -75,15 +75,32 @@ class ExpirationManager:
         return self.core.barrier.view("sys/expire/")
 
     # ---- registration -------------------------------------------------------------------
-    async def register(self, *, path: str, namespace_id: str, mount_path: str, secret_type: str,
-                       internal: dict[str, Any], ttl: int, max_ttl: int, renewable: bool,
-                       token: str) -> LeaseEntry:
+    async def register(
+        self,
+        *,
+        path: str,
+        namespace_id: str,
+        mount_path: str,
+        secret_type: str,
+        internal: dict[str, Any],
+        ttl: int,
+        max_ttl: int,
+        renewable: bool,
+        token: str,
+    ) -> LeaseEntry:
         now = time.time()
         lease = LeaseEntry(
-            lease_id=f"{path.rstrip('/')}/{random_b62()}", path=path, namespace_id=namespace_id,
-            mount_path=mount_path, secret_type=secret_type, internal=internal, issue_time=now,
-            expire_time=now + ttl, max_expire_time=now + max_ttl if max_ttl else 0.0,
-            renewable=renewable, token=token,
+            lease_id=f"{path.rstrip('/')}/{random_b62()}",
+            path=path,
+            namespace_id=namespace_id,
+            mount_path=mount_path,
+            secret_type=secret_type,
+            internal=internal,
+            issue_time=now,
+            expire_time=now + ttl,
+            max_expire_time=now + max_ttl if max_ttl else 0.0,
+            renewable=renewable,
+            token=token,
         )
         await self.view.put_obj(f"id/{lease.lease_id}", lease)
         if token:
@@ -92,19 +109,24 @@ class ExpirationManager:
         return lease
 
     async def _schedule(self, kind: str, ref: str, due: float, namespace_id: str) -> None:
-        await self.view.put_obj(f"at/{_slot(due, ref)}",
-                                Scheduled(kind=kind, ref=ref, namespace_id=namespace_id, due=due))
+        await self.view.put_obj(
+            f"at/{_slot(due, ref)}",
+            Scheduled(kind=kind, ref=ref, namespace_id=namespace_id, due=due),
+        )
         self._wake.set()
 
     async def register_token(self, entry: TokenEntry) -> None:
         if entry.expire_time:
-            await self._schedule("token", self.core.tokens.hash(entry.id), entry.expire_time,
-                                 entry.namespace_id)
+            await self._schedule(
+                "token", self.core.tokens.hash(entry.id), entry.expire_time, entry.namespace_id
+            )
 
     async def forget_token(self, entry: TokenEntry) -> None:
         if entry.expire_time:
             with contextlib.suppress(Exception):
-                await self.view.delete(f"at/{_slot(entry.expire_time, self.core.tokens.hash(entry.id))}")
+                await self.view.delete(
+                    f"at/{_slot(entry.expire_time, self.core.tokens.hash(entry.id))}"
+                )
 
     # ---- lookups ------------------------------------------------------------------------
     async def get(self, lease_id: str) -> LeaseEntry | None:

@@ -63,8 +63,13 @@ def new_entry(path: str, type_: str, **kw: object) -> MountEntry:
     if path == "/":
         raise bad_request("a mount path is required")
     prefix = type_.replace("-", "_")
-    return MountEntry(path=path, type=type_, uuid=str(uuid.uuid4()),
-                      accessor=f"{prefix}_{secrets.token_hex(4)}", **kw)  # type: ignore[arg-type]
+    return MountEntry(
+        path=path,
+        type=type_,
+        uuid=str(uuid.uuid4()),
+        accessor=f"{prefix}_{secrets.token_hex(4)}",
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 class MountTable:

@@ -86,9 +86,14 @@ class NamespaceStore:
         return ns, "/".join(segments[consumed:])
 
     def children(self, parent: Namespace) -> list[Namespace]:
-        return [n for p, n in self.by_path.items()
-                if p and p.startswith(parent.path) and p != parent.path
-                and "/" not in p[len(parent.path):].rstrip("/")]
+        return [
+            n
+            for p, n in self.by_path.items()
+            if p
+            and p.startswith(parent.path)
+            and p != parent.path
+            and "/" not in p[len(parent.path) :].rstrip("/")
+        ]
 
     async def create(self, parent: Namespace, name: str, metadata: dict[str, str]) -> Namespace:
         name = name.strip("/")

@@ -135,9 +135,11 @@ class SealManager:
         kek = self.static_key() if static else secrets.token_bytes(32)
         root_key = secrets.token_bytes(32)
         keyring = Keyring.new()
-        config = SealConfig(type="static" if static else "shamir",
-                            secret_shares=0 if static else shares,
-                            secret_threshold=0 if static else threshold)
+        config = SealConfig(
+            type="static" if static else "shamir",
+            secret_shares=0 if static else shares,
+            secret_threshold=0 if static else threshold,
+        )
         # The config is written last with create(): two racing inits cannot both succeed.
         await self._storage.put(ROOT_KEY, seal_with(kek, root_key, ROOT_KEY.encode()))
         await self._storage.put(KEYRING, seal_with(root_key, keyring.to_bytes(), KEYRING.encode()))
@@ -200,8 +202,9 @@ class SealManager:
                 keyring = await self._open_keyring(kek)
             except (BarrierError, ValueError):
                 self.reset()
-                raise bad_request("unseal failed: the key shares do not open the barrier; "
-                                  "progress was reset") from None
+                raise bad_request(
+                    "unseal failed: the key shares do not open the barrier; progress was reset"
+                ) from None
             self.reset()
             await self._unsealed(keyring)
 
@@ -317,8 +320,8 @@ class SealManager:
         sub = await self.core.bus.nc.subscribe(inbox, cb=collect)
         try:
             await self.core.bus.nc.publish(
-                subject, msgspec.msgpack.encode(HandoffRequest(public_key=public,
-                                                               origin=self.node_id)),
+                subject,
+                msgspec.msgpack.encode(HandoffRequest(public_key=public, origin=self.node_id)),
                 reply=inbox,
             )
             deadline = asyncio.get_running_loop().time() + 0.5

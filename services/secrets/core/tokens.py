@@ -12,6 +12,7 @@ import hmac
 import secrets
 import string
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -145,9 +146,14 @@ class TokenStore:
     async def create_root(self, token_id: str = "") -> str:
         from services.secrets.core.namespaces import ROOT
 
-        entry = TokenEntry(id=token_id or self.new_id(ROOT), accessor=random_b62(),
-                           policies=["root"], display_name="root", path="auth/token/root",
-                           orphan=True)
+        entry = TokenEntry(
+            id=token_id or self.new_id(ROOT),
+            accessor=random_b62(),
+            policies=["root"],
+            display_name="root",
+            path="auth/token/root",
+            orphan=True,
+        )
         await self.create(entry)
         return entry.id
 
@@ -239,19 +245,21 @@ class TokenStore:
     # ---- revoke ---------------------------------------------------------------------
     async def revoke_tree(self, entry: TokenEntry) -> None:
         """Revoke a token, its leases, and (recursively) its children."""
-        view = self._view(entry.namespace_id)
-        if view is None:
-            return
-        key = self.hash(entry.id)
-        for child_key in await view.list(f"parent/{key}/"):
-            child = await view.get_obj(f"id/{child_key}", TokenEntry)
-            if child is not None:
-                await self.revoke_tree(child)
-            await view.delete(f"parent/{key}/{child_key}")
-        await self.revoke_one(entry)
+        await self._revoke_with_children(entry, self.revoke_tree)
 
     async def revoke_orphan(self, entry: TokenEntry) -> None:
         """Revoke only this token; its children become orphans."""
+
+        async def orphan(child: TokenEntry) -> None:
+            child.parent = ""
+            child.orphan = True
+            await self.save(child)
+
+        await self._revoke_with_children(entry, orphan)
+
+    async def _revoke_with_children(
+        self, entry: TokenEntry, on_child: Callable[[TokenEntry], Awaitable[None]]
+    ) -> None:
         view = self._view(entry.namespace_id)
         if view is None:
             return
@@ -259,9 +267,7 @@ class TokenStore:
         for child_key in await view.list(f"parent/{key}/"):
             child = await view.get_obj(f"id/{child_key}", TokenEntry)
             if child is not None:
-                child.parent = ""
-                child.orphan = True
-                await self.save(child)
+                await on_child(child)
             await view.delete(f"parent/{key}/{child_key}")
         await self.revoke_one(entry)
 
@@ -286,10 +292,7 @@ class TokenStore:
     async def renew(self, entry: TokenEntry, increment: int) -> TokenEntry:
         now = time.time()
         _, max_ttl = self.ttl_limits(0, 0)
-        if entry.period:
-            ttl = entry.period
-        else:
-            ttl = increment or entry.ttl or DEFAULT_LEASE_TTL
+        ttl = entry.period or increment or entry.ttl or DEFAULT_LEASE_TTL
         cap_at = entry.creation_time + (entry.explicit_max_ttl or max_ttl)
         if not entry.period or entry.explicit_max_ttl:
             ttl = int(min(ttl, max(0, cap_at - now)))

@@ -39,30 +39,60 @@ class WrappingManager:
     def view(self):  # type: ignore[no-untyped-def]
         return self.core.barrier.view("sys/wrapping/")
 
-    async def wrap(self, ns: Namespace, response: dict[str, Any], ttl: int, creation_path: str,
-                   wrapped_accessor: str = "") -> dict[str, Any]:
+    async def wrap(
+        self,
+        ns: Namespace,
+        response: dict[str, Any],
+        ttl: int,
+        creation_path: str,
+        wrapped_accessor: str = "",
+    ) -> dict[str, Any]:
         if ttl <= 0:
             raise bad_request("the wrapping TTL must be positive")
         now = time.time()
         entry = TokenEntry(
-            id=self.core.tokens.new_id(ns), accessor=random_b62(), policies=[WRAPPING_POLICY],
-            display_name="", path=creation_path, creation_time=now, ttl=ttl, num_uses=1,
-            renewable=False, orphan=True, namespace_id=ns.id, purpose="wrapping",
+            id=self.core.tokens.new_id(ns),
+            accessor=random_b62(),
+            policies=[WRAPPING_POLICY],
+            display_name="",
+            path=creation_path,
+            creation_time=now,
+            ttl=ttl,
+            num_uses=1,
+            renewable=False,
+            orphan=True,
+            namespace_id=ns.id,
+            purpose="wrapping",
         )
         await self.core.tokens.create(entry)
-        await self.view.put_obj(self.core.tokens.hash(entry.id), Wrapped(
-            response=msgspec.json.encode(response), creation_path=creation_path,
-            creation_time=now, ttl=ttl, namespace_id=ns.id))
-        info = {"token": entry.id, "accessor": entry.accessor, "ttl": ttl,
-                "creation_time": rfc3339(now), "creation_path": creation_path}
+        await self.view.put_obj(
+            self.core.tokens.hash(entry.id),
+            Wrapped(
+                response=msgspec.json.encode(response),
+                creation_path=creation_path,
+                creation_time=now,
+                ttl=ttl,
+                namespace_id=ns.id,
+            ),
+        )
+        info = {
+            "token": entry.id,
+            "accessor": entry.accessor,
+            "ttl": ttl,
+            "creation_time": rfc3339(now),
+            "creation_path": creation_path,
+        }
         if wrapped_accessor:
             info["wrapped_accessor"] = wrapped_accessor
         return info
 
     async def _entry(self, token_id: str) -> tuple[TokenEntry, Wrapped]:
         entry = await self.core.tokens.lookup(token_id)
-        wrapped = None if entry is None else await self.view.get_obj(
-            self.core.tokens.hash(token_id), Wrapped)
+        wrapped = (
+            None
+            if entry is None
+            else await self.view.get_obj(self.core.tokens.hash(token_id), Wrapped)
+        )
         if entry is None or wrapped is None or entry.purpose != "wrapping":
             raise bad_request("wrapping token is not valid or does not exist")
         return entry, wrapped
@@ -74,15 +104,19 @@ class WrappingManager:
 
     async def lookup(self, token_id: str) -> dict[str, Any]:
         _, wrapped = await self._entry(token_id)
-        return {"creation_path": wrapped.creation_path,
-                "creation_time": rfc3339(wrapped.creation_time), "creation_ttl": wrapped.ttl}
+        return {
+            "creation_path": wrapped.creation_path,
+            "creation_time": rfc3339(wrapped.creation_time),
+            "creation_ttl": wrapped.ttl,
+        }
 
     async def rewrap(self, token_id: str) -> dict[str, Any]:
         entry, wrapped = await self._entry(token_id)
         ns = self.core.namespaces.by_id.get(entry.namespace_id)
         assert ns is not None
-        info = await self.wrap(ns, msgspec.json.decode(wrapped.response), wrapped.ttl,
-                               wrapped.creation_path)
+        info = await self.wrap(
+            ns, msgspec.json.decode(wrapped.response), wrapped.ttl, wrapped.creation_path
+        )
         await self.core.tokens.revoke_tree(entry)
         return info
 

@@ -52,15 +52,25 @@ class CubbyholeBackend(Backend):
         async def listing_root(req: Request, _: NoFields) -> Response:
             return await listing(req, CubbyPath())
 
-        ops: dict[Op, Operation] = {Op.READ: Operation(read, "Read a secret"),
-                                    **write(put, "Store a secret"),
-                                    Op.DELETE: Operation(delete, "Delete a secret"),
-                                    Op.LIST: Operation(listing, "List secrets")}
+        ops: dict[Op, Operation] = {
+            Op.READ: Operation(read, "Read a secret"),
+            **write(put, "Store a secret"),
+            Op.DELETE: Operation(delete, "Delete a secret"),
+            Op.LIST: Operation(listing, "List secrets"),
+        }
         return [
-            Path("", {Op.LIST: Operation(listing_root, "List secrets")},
-                 synopsis="List the caller's cubbyhole."),
-            Path("{path*}", ops, CubbyPath, arbitrary_input=True,
-                 synopsis="Secrets private to the calling token."),
+            Path(
+                "",
+                {Op.LIST: Operation(listing_root, "List secrets")},
+                synopsis="List the caller's cubbyhole.",
+            ),
+            Path(
+                "{path*}",
+                ops,
+                CubbyPath,
+                arbitrary_input=True,
+                synopsis="Secrets private to the calling token.",
+            ),
         ]
 
     async def revoke_token_storage(self, token_hash: str) -> Any:

@@ -8,8 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from services.secrets.errors import SecretsError, bad_request, unsupported_operation, \
-    unsupported_path
+from services.secrets.errors import (
+    SecretsError,
+    bad_request,
+    unsupported_operation,
+    unsupported_path,
+)
 from services.secrets.framework.fields import FieldError, decode_fields
 from services.secrets.framework.path import NoFields, Op, Operation, Path
 
@@ -93,8 +97,11 @@ class Backend:
     def decode(self, routed: Routed, data: dict[str, Any]) -> tuple[Any, list[str]]:
         path = routed.path
         if path.arbitrary_input:
-            fields = decode_fields(path.fields, {}, routed.captures)[0] \
-                if path.fields is not NoFields else None
+            fields = (
+                decode_fields(path.fields, {}, routed.captures)[0]
+                if path.fields is not NoFields
+                else None
+            )
             return fields, []
         try:
             return decode_fields(path.fields, data, routed.captures)

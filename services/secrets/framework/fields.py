@@ -23,10 +23,20 @@ DURATION = "duration"
 COMMA_LIST = "comma_list"
 KV_PAIRS = "kv_pairs"
 
-Duration = Annotated[int, Meta(extra={"weak": DURATION}, extra_json_schema={
-    "type": ["integer", "string"], "format": "duration"})]
-CommaList = Annotated[list[str], Meta(extra={"weak": COMMA_LIST}, extra_json_schema={
-    "type": ["array", "string"], "items": {"type": "string"}})]
+Duration = Annotated[
+    int,
+    Meta(
+        extra={"weak": DURATION},
+        extra_json_schema={"type": ["integer", "string"], "format": "duration"},
+    ),
+]
+CommaList = Annotated[
+    list[str],
+    Meta(
+        extra={"weak": COMMA_LIST},
+        extra_json_schema={"type": ["array", "string"], "items": {"type": "string"}},
+    ),
+]
 # "k=v" strings or an object, as Vault's TypeKVPairs.
 KVPairs = Annotated[dict[str, str], Meta(extra={"weak": KV_PAIRS})]
 

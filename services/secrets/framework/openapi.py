@@ -17,24 +17,31 @@ OPENAPI_VERSION = "3.0.3"
 _PARAMS = re.compile(r"\{(\w+)\*?\}")
 
 _ERRORS = {
-    "400": "invalid request", "403": "permission denied", "404": "not found",
-    "405": "unsupported operation", "503": "sealed",
+    "400": "invalid request",
+    "403": "permission denied",
+    "404": "not found",
+    "405": "unsupported operation",
+    "503": "sealed",
 }
-ERROR_SCHEMA = {"type": "object", "properties": {
-    "errors": {"type": "array", "items": {"type": "string"}}}}
+ERROR_SCHEMA = {
+    "type": "object",
+    "properties": {"errors": {"type": "array", "items": {"type": "string"}}},
+}
 
 
 def _component_prefix(struct: type) -> str:
     return struct.__module__.replace("services.secrets.", "").replace(".", "_") + "_"
 
 
-def _body_schema(struct: type[msgspec.Struct], captures: set[str],
-                 components: dict[str, Any]) -> dict[str, Any] | None:
+def _body_schema(
+    struct: type[msgspec.Struct], captures: set[str], components: dict[str, Any]
+) -> dict[str, Any] | None:
     if struct is NoFields:
         return None
     prefix = _component_prefix(struct)
     (ref,), comps = msgspec.json.schema_components(
-        [struct], ref_template=f"#/components/schemas/{prefix}{{name}}")
+        [struct], ref_template=f"#/components/schemas/{prefix}{{name}}"
+    )
     for name, schema in comps.items():
         components[prefix + name] = schema
     # Path parameters travel in the URL, not the body.
@@ -57,8 +64,7 @@ def _responses(ok: str) -> dict[str, Any]:
     if ok == "200":
         out["204"] = {"description": "OK, no content"}
     for code, text in _ERRORS.items():
-        out[code] = {"description": text,
-                     "content": {"application/json": {"schema": ERROR_SCHEMA}}}
+        out[code] = {"description": text, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
     return out
 
 
@@ -67,39 +73,56 @@ def path_items(path: Path, prefix: str, components: dict[str, Any]) -> dict[str,
     for template in path.templates:
         url = "/" + prefix + template_openapi(template)
         captures = set(_PARAMS.findall(template))
-        params = [{"name": c, "in": "path", "required": True, "schema": {"type": "string"}}
-                  for c in sorted(captures)]
+        params = [
+            {"name": c, "in": "path", "required": True, "schema": {"type": "string"}}
+            for c in sorted(captures)
+        ]
         item: dict[str, Any] = {"description": path.synopsis}
         if params:
             item["parameters"] = params
         ops = path.operations
         if Op.READ in ops or Op.LIST in ops:
-            get: dict[str, Any] = {"summary": (ops.get(Op.READ) or ops[Op.LIST]).summary
-                                   or path.synopsis, "responses": _responses("200")}
+            get: dict[str, Any] = {
+                "summary": (ops.get(Op.READ) or ops[Op.LIST]).summary or path.synopsis,
+                "responses": _responses("200"),
+            }
             if Op.LIST in ops:
-                get["parameters"] = [{"name": "list", "in": "query",
-                                      "required": Op.READ not in ops,
-                                      "schema": {"type": "string", "enum": ["true"]}}]
+                get["parameters"] = [
+                    {
+                        "name": "list",
+                        "in": "query",
+                        "required": Op.READ not in ops,
+                        "schema": {"type": "string", "enum": ["true"]},
+                    }
+                ]
             items.setdefault(url, item)["get"] = get
         writes = ops.get(Op.UPDATE) or ops.get(Op.CREATE)
         if writes is not None:
-            post: dict[str, Any] = {"summary": writes.summary or path.synopsis,
-                                    "responses": _responses("200")}
-            schema = ({"type": "object"} if path.arbitrary_input
-                      else _body_schema(path.fields, captures, components))
+            post: dict[str, Any] = {
+                "summary": writes.summary or path.synopsis,
+                "responses": _responses("200"),
+            }
+            schema = (
+                {"type": "object"}
+                if path.arbitrary_input
+                else _body_schema(path.fields, captures, components)
+            )
             if schema is not None:
                 post["requestBody"] = {"content": {"application/json": {"schema": schema}}}
             items.setdefault(url, item)["post"] = post
         if Op.DELETE in ops:
             items.setdefault(url, item)["delete"] = {
                 "summary": ops[Op.DELETE].summary or path.synopsis,
-                "responses": _responses("204")}
+                "responses": _responses("204"),
+            }
         if Op.PATCH in ops:
             items.setdefault(url, item)["patch"] = {
                 "summary": ops[Op.PATCH].summary or path.synopsis,
                 "responses": _responses("200"),
-                "requestBody": {"content": {"application/merge-patch+json": {
-                    "schema": {"type": "object"}}}}}
+                "requestBody": {
+                    "content": {"application/merge-patch+json": {"schema": {"type": "object"}}}
+                },
+            }
     return items
 
 

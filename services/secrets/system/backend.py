@@ -19,8 +19,15 @@ from services.secrets.system import (
 )
 
 # Each module contributes `paths(core) -> list[Path]`; later issues add their own modules here.
-MODULES = [seal_paths, mount_paths, policy_paths, namespace_paths, lease_paths, wrapping_paths,
-           introspection_paths]
+MODULES = [
+    seal_paths,
+    mount_paths,
+    policy_paths,
+    namespace_paths,
+    lease_paths,
+    wrapping_paths,
+    introspection_paths,
+]
 # Password policies, the plugin catalog and managed keys (issue 4).
 MODULES += [password_policy_paths, plugin_paths, managed_key_paths]
 # DR replication (issue 5).

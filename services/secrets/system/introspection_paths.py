@@ -24,8 +24,9 @@ class CapabilitiesFields(msgspec.Struct, kw_only=True):
 
 
 def paths(core: Core) -> list[Path]:
-    async def _caps(req: Request, token_id: str | None, accessor: str | None,
-                    paths: list[str]) -> Response:
+    async def _caps(
+        req: Request, token_id: str | None, accessor: str | None, paths: list[str]
+    ) -> Response:
         if accessor:
             entry = await core.tokens.lookup_accessor(accessor, req.namespace.id)
         else:
@@ -76,15 +77,32 @@ def paths(core: Core) -> list[Path]:
         return Response(data={"secret": secret, "auth": auth})
 
     return [
-        Path("capabilities", write(capabilities, "Capabilities of a token on paths"),
-             CapabilitiesFields, synopsis="The capabilities a token has on paths."),
-        Path("capabilities-self", write(capabilities_self, "Capabilities of the caller"),
-             CapabilitiesFields, synopsis="The capabilities of the calling token on paths."),
-        Path("capabilities-accessor", write(capabilities_accessor, "Capabilities by accessor"),
-             CapabilitiesFields, synopsis="The capabilities of a token, by accessor."),
-        Path("internal/specs/openapi", {Op.READ: Operation(openapi, "OpenAPI document",
-                                                           unauthenticated=True)},
-             synopsis="The OpenAPI document of every mounted path."),
-        Path("internal/ui/mounts", {Op.READ: Operation(ui_mounts, "Mounts visible to the UI")},
-             synopsis="Mounts, for user interfaces."),
+        Path(
+            "capabilities",
+            write(capabilities, "Capabilities of a token on paths"),
+            CapabilitiesFields,
+            synopsis="The capabilities a token has on paths.",
+        ),
+        Path(
+            "capabilities-self",
+            write(capabilities_self, "Capabilities of the caller"),
+            CapabilitiesFields,
+            synopsis="The capabilities of the calling token on paths.",
+        ),
+        Path(
+            "capabilities-accessor",
+            write(capabilities_accessor, "Capabilities by accessor"),
+            CapabilitiesFields,
+            synopsis="The capabilities of a token, by accessor.",
+        ),
+        Path(
+            "internal/specs/openapi",
+            {Op.READ: Operation(openapi, "OpenAPI document", unauthenticated=True)},
+            synopsis="The OpenAPI document of every mounted path.",
+        ),
+        Path(
+            "internal/ui/mounts",
+            {Op.READ: Operation(ui_mounts, "Mounts visible to the UI")},
+            synopsis="Mounts, for user interfaces.",
+        ),
     ]

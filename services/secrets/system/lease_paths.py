@@ -42,12 +42,16 @@ def paths(core: Core) -> list[Path]:
         lease = await _lease(req, f.lease_id or f.url_lease_id)
         import time as _t
 
-        return Response(data={
-            "id": lease.lease_id, "issue_time": rfc3339(lease.issue_time),
-            "expire_time": rfc3339(lease.expire_time),
-            "last_renewal": rfc3339(lease.last_renewal) if lease.last_renewal else None,
-            "renewable": lease.renewable, "ttl": max(0, int(lease.expire_time - _t.time())),
-        })
+        return Response(
+            data={
+                "id": lease.lease_id,
+                "issue_time": rfc3339(lease.issue_time),
+                "expire_time": rfc3339(lease.expire_time),
+                "last_renewal": rfc3339(lease.last_renewal) if lease.last_renewal else None,
+                "renewable": lease.renewable,
+                "ttl": max(0, int(lease.expire_time - _t.time())),
+            }
+        )
 
     async def list_leases(req: Request, f: PrefixFields) -> Response:
         keys = await core.expiration.list_prefix(f.prefix)
@@ -62,8 +66,13 @@ def paths(core: Core) -> list[Path]:
         lease = await core.expiration.renew(lease, f.increment)
         import time as _t
 
-        return Response(extra={"lease_id": lease.lease_id, "renewable": True,
-                               "lease_duration": max(0, int(lease.expire_time - _t.time()))})
+        return Response(
+            extra={
+                "lease_id": lease.lease_id,
+                "renewable": True,
+                "lease_duration": max(0, int(lease.expire_time - _t.time())),
+            }
+        )
 
     async def revoke(req: Request, f: LeaseFields) -> Response:
         lease = await _lease(req, f.lease_id or f.url_lease_id)
@@ -74,24 +83,44 @@ def paths(core: Core) -> list[Path]:
         async def handler(req: Request, f: PrefixFields) -> Response:
             await core.expiration.revoke_prefix(f.prefix, force=force)
             return Response()
+
         return handler
 
     return [
-        Path("leases/lookup", write(lookup, "Look up a lease"), LeaseFields,
-             synopsis="Read a lease's times."),
-        Path(("leases/lookup/", "leases/lookup/{prefix*}"),
-             {Op.LIST: Operation(list_leases, "List leases", sudo=True)}, PrefixFields,
-             synopsis="List lease ids under a prefix."),
-        Path(("leases/renew", "leases/renew/{url_lease_id*}", "renew",
-              "renew/{url_lease_id*}"), write(renew, "Renew a lease"), LeaseFields,
-             synopsis="Renew a lease."),
-        Path(("leases/revoke", "leases/revoke/{url_lease_id*}", "revoke",
-              "revoke/{url_lease_id*}"), write(revoke, "Revoke a lease"), LeaseFields,
-             synopsis="Revoke a lease."),
-        Path(("leases/revoke-prefix/{prefix*}", "revoke-prefix/{prefix*}"),
-             write(revoke_prefix(False), "Revoke leases under a prefix", sudo=True),
-             PrefixFields, synopsis="Revoke every lease under a prefix."),
-        Path(("leases/revoke-force/{prefix*}", "revoke-force/{prefix*}"),
-             write(revoke_prefix(True), "Forget leases under a prefix", sudo=True),
-             PrefixFields, synopsis="Revoke leases under a prefix, ignoring backend errors."),
+        Path(
+            "leases/lookup",
+            write(lookup, "Look up a lease"),
+            LeaseFields,
+            synopsis="Read a lease's times.",
+        ),
+        Path(
+            ("leases/lookup/", "leases/lookup/{prefix*}"),
+            {Op.LIST: Operation(list_leases, "List leases", sudo=True)},
+            PrefixFields,
+            synopsis="List lease ids under a prefix.",
+        ),
+        Path(
+            ("leases/renew", "leases/renew/{url_lease_id*}", "renew", "renew/{url_lease_id*}"),
+            write(renew, "Renew a lease"),
+            LeaseFields,
+            synopsis="Renew a lease.",
+        ),
+        Path(
+            ("leases/revoke", "leases/revoke/{url_lease_id*}", "revoke", "revoke/{url_lease_id*}"),
+            write(revoke, "Revoke a lease"),
+            LeaseFields,
+            synopsis="Revoke a lease.",
+        ),
+        Path(
+            ("leases/revoke-prefix/{prefix*}", "revoke-prefix/{prefix*}"),
+            write(revoke_prefix(False), "Revoke leases under a prefix", sudo=True),
+            PrefixFields,
+            synopsis="Revoke every lease under a prefix.",
+        ),
+        Path(
+            ("leases/revoke-force/{prefix*}", "revoke-force/{prefix*}"),
+            write(revoke_prefix(True), "Forget leases under a prefix", sudo=True),
+            PrefixFields,
+            synopsis="Revoke leases under a prefix, ignoring backend errors.",
+        ),
     ]

@@ -80,11 +80,17 @@ def entry_json(e: MountEntry) -> dict[str, Any]:
     if e.config.token_type:
         cfg["token_type"] = e.config.token_type
     return {
-        "accessor": e.accessor, "config": cfg, "description": e.description,
-        "external_entropy_access": e.external_entropy_access, "local": e.local,
-        "options": e.options or None, "plugin_version": e.plugin_version,
+        "accessor": e.accessor,
+        "config": cfg,
+        "description": e.description,
+        "external_entropy_access": e.external_entropy_access,
+        "local": e.local,
+        "options": e.options or None,
+        "plugin_version": e.plugin_version,
         "running_plugin_version": e.plugin_version or "v0.1.0+builtin",
-        "running_sha256": e.running_sha256, "seal_wrap": e.seal_wrap, "type": e.type,
+        "running_sha256": e.running_sha256,
+        "seal_wrap": e.seal_wrap,
+        "type": e.type,
         "uuid": e.uuid,
     }
 
@@ -114,13 +120,13 @@ def paths(core: Core) -> list[Path]:
     def listing(auth: bool):  # type: ignore[no-untyped-def]
         async def handler(req: Request, _: NoFields) -> Response:
             table = core.table(req.namespace)
-            data = {p: entry_json(e) for p, e in sorted(table.entries.items())
-                    if e.is_auth == auth}
+            data = {p: entry_json(e) for p, e in sorted(table.entries.items()) if e.is_auth == auth}
             if auth:
-                data = {p[len("auth/"):]: v for p, v in data.items()}
+                data = {p[len("auth/") :]: v for p, v in data.items()}
             else:
                 data = {p: v for p, v in data.items() if not p.startswith("auth/")}
             return Response(data=data, data_at_top=True)
+
         return handler
 
     def enable(auth: bool):  # type: ignore[no-untyped-def]
@@ -134,24 +140,35 @@ def paths(core: Core) -> list[Path]:
                 type_ = "kv"
             if type_ == "kv" and "version" not in options:
                 options["version"] = "1"
-            await core.mount(req.namespace, f.path, type_, auth=auth,
-                             description=f.description, config=_config(f.config),
-                             options=options, local=f.local, seal_wrap=f.seal_wrap,
-                             external_entropy_access=f.external_entropy_access,
-                             plugin_version=f.plugin_version)
+            await core.mount(
+                req.namespace,
+                f.path,
+                type_,
+                auth=auth,
+                description=f.description,
+                config=_config(f.config),
+                options=options,
+                local=f.local,
+                seal_wrap=f.seal_wrap,
+                external_entropy_access=f.external_entropy_access,
+                plugin_version=f.plugin_version,
+            )
             return Response()
+
         return handler
 
     def read(auth: bool):  # type: ignore[no-untyped-def]
         async def handler(req: Request, f: PathOnly) -> Response:
             entry = _find(core, req, f.path, auth)
             return Response(data=entry_json(entry))
+
         return handler
 
     def disable(auth: bool):  # type: ignore[no-untyped-def]
         async def handler(req: Request, f: PathOnly) -> Response:
             await core.unmount(req.namespace, f.path, auth=auth)
             return Response()
+
         return handler
 
     def tune_read(auth: bool):  # type: ignore[no-untyped-def]
@@ -159,13 +176,16 @@ def paths(core: Core) -> list[Path]:
             e = _find(core, req, f.path, auth)
             defaults = core.tokens.ttl_limits(e.config.default_lease_ttl, e.config.max_lease_ttl)
             data: dict[str, Any] = {
-                "default_lease_ttl": defaults[0], "max_lease_ttl": defaults[1],
-                "force_no_cache": e.config.force_no_cache, "description": e.description,
+                "default_lease_ttl": defaults[0],
+                "max_lease_ttl": defaults[1],
+                "force_no_cache": e.config.force_no_cache,
+                "description": e.description,
                 "options": e.options or None,
             }
             if e.config.allowed_managed_keys:
                 data["allowed_managed_keys"] = e.config.allowed_managed_keys
             return Response(data=data, data_at_top=True)
+
         return handler
 
     def tune_write(auth: bool):  # type: ignore[no-untyped-def]
@@ -177,9 +197,14 @@ def paths(core: Core) -> list[Path]:
                 changes["default_lease_ttl"] = _ttl(f.default_lease_ttl, "default_lease_ttl")
             if f.max_lease_ttl:
                 changes["max_lease_ttl"] = _ttl(f.max_lease_ttl, "max_lease_ttl")
-            for name in ("audit_non_hmac_request_keys", "audit_non_hmac_response_keys",
-                         "passthrough_request_headers", "allowed_response_headers",
-                         "listing_visibility", "token_type"):
+            for name in (
+                "audit_non_hmac_request_keys",
+                "audit_non_hmac_response_keys",
+                "passthrough_request_headers",
+                "allowed_response_headers",
+                "listing_visibility",
+                "token_type",
+            ):
                 v = getattr(f, name)
                 if v is not None:
                     changes[name] = v
@@ -192,18 +217,25 @@ def paths(core: Core) -> list[Path]:
                 raise bad_request("default_lease_ttl cannot be larger than max_lease_ttl")
             options = dict(e.options)
             if f.options:
-                if e.type == "kv" and "version" in f.options and \
-                        str(f.options["version"]) < options.get("version", "1"):
+                if (
+                    e.type == "kv"
+                    and "version" in f.options
+                    and str(f.options["version"]) < options.get("version", "1")
+                ):
                     raise bad_request("cannot downgrade a KV mount's version")
                 options.update({k: str(v) for k, v in f.options.items()})
             updated = msgspec.structs.replace(
-                e, config=cfg, options=options,
-                description=e.description if f.description is None else f.description)
+                e,
+                config=cfg,
+                options=options,
+                description=e.description if f.description is None else f.description,
+            )
             await core.update_mount(req.namespace, updated)
             backend = core.table(req.namespace).backends.get(updated.path)
             if backend is not None and f.options:
                 await backend.initialize()
             return Response()
+
         return handler
 
     async def remount(req: Request, f: RemountFields) -> Response:
@@ -215,20 +247,39 @@ def paths(core: Core) -> list[Path]:
     out: list[Path] = []
     for auth, base in ((False, "mounts"), (True, "auth")):
         out += [
-            Path(base, {Op.READ: Operation(listing(auth), f"List {base}")},
-                 synopsis=f"List the {'auth methods' if auth else 'secrets engines'}."),
-            Path(f"{base}/{{path*}}/tune", {Op.READ: Operation(tune_read(auth), "Read tuning"),
-                                            **write(tune_write(auth), "Tune the mount")},
-                 TuneFields, synopsis="Tune a mount's configuration."),
-            Path(f"{base}/{{path*}}", {Op.READ: Operation(read(auth), "Read the mount"),
-                                       **write(enable(auth), "Enable a backend",
-                                               sudo=auth),
-                                       Op.DELETE: Operation(disable(auth), "Disable",
-                                                            sudo=auth)},
-                 MountFields, synopsis=f"Enable or disable {'an auth method' if auth else 'a secrets engine'}."),
+            Path(
+                base,
+                {Op.READ: Operation(listing(auth), f"List {base}")},
+                synopsis=f"List the {'auth methods' if auth else 'secrets engines'}.",
+            ),
+            Path(
+                f"{base}/{{path*}}/tune",
+                {
+                    Op.READ: Operation(tune_read(auth), "Read tuning"),
+                    **write(tune_write(auth), "Tune the mount"),
+                },
+                TuneFields,
+                synopsis="Tune a mount's configuration.",
+            ),
+            Path(
+                f"{base}/{{path*}}",
+                {
+                    Op.READ: Operation(read(auth), "Read the mount"),
+                    **write(enable(auth), "Enable a backend", sudo=auth),
+                    Op.DELETE: Operation(disable(auth), "Disable", sudo=auth),
+                },
+                MountFields,
+                synopsis=f"Enable or disable {'an auth method' if auth else 'a secrets engine'}.",
+            ),
         ]
-    out.append(Path("remount", write(remount, "Move a mount", sudo=True), RemountFields,
-                    synopsis="Move a mount to a new path."))
+    out.append(
+        Path(
+            "remount",
+            write(remount, "Move a mount", sudo=True),
+            RemountFields,
+            synopsis="Move a mount to a new path.",
+        )
+    )
     return out
 
 

@@ -29,7 +29,7 @@ def paths(core: Core) -> list[Path]:
         kids = core.namespaces.children(req.namespace)
         if not kids:
             raise not_found()
-        rel = {n.path[len(req.namespace.path):]: _json(n) for n in kids}
+        rel = {n.path[len(req.namespace.path) :]: _json(n) for n in kids}
         return Response(data={"keys": sorted(rel), "key_info": rel})
 
     async def create(req: Request, f: NamespaceFields) -> Response:
@@ -51,10 +51,19 @@ def paths(core: Core) -> list[Path]:
         return Response()
 
     return [
-        Path(("namespaces", "namespaces/"), {Op.LIST: Operation(listing, "List namespaces")},
-             synopsis="List the child namespaces."),
-        Path("namespaces/{path*}", {Op.READ: Operation(read, "Read a namespace"),
-                                    **write(create, "Create a namespace"),
-                                    Op.DELETE: Operation(delete, "Delete a namespace")},
-             NamespaceFields, synopsis="Create, read or delete a namespace."),
+        Path(
+            ("namespaces", "namespaces/"),
+            {Op.LIST: Operation(listing, "List namespaces")},
+            synopsis="List the child namespaces.",
+        ),
+        Path(
+            "namespaces/{path*}",
+            {
+                Op.READ: Operation(read, "Read a namespace"),
+                **write(create, "Create a namespace"),
+                Op.DELETE: Operation(delete, "Delete a namespace"),
+            },
+            NamespaceFields,
+            synopsis="Create, read or delete a namespace.",
+        ),
     ]

@@ -46,6 +46,7 @@ def paths(core: Core) -> list[Path]:
                 raise not_found(f"no policy named: {name}")
             data = {"name": stored.name, "rules" if legacy else "policy": stored.policy}
             return Response(data=data, data_at_top=legacy)
+
         return handler
 
     async def put(req: Request, f: PolicyFields) -> Response:
@@ -60,18 +61,37 @@ def paths(core: Core) -> list[Path]:
         return Response()
 
     return [
-        Path("policy", {Op.READ: Operation(list_legacy, "List policies"),
-                        Op.LIST: Operation(list_legacy, "List policies")},
-             synopsis="List the ACL policies (legacy endpoint)."),
-        Path("policy/{name}", {Op.READ: Operation(read(True), "Read a policy"),
-                               **write(put, "Write a policy"),
-                               Op.DELETE: Operation(delete, "Delete a policy")},
-             PolicyFields, synopsis="Read, write or delete an ACL policy (legacy endpoint)."),
-        Path(("policies/acl", "policies/acl/"),
-             {Op.LIST: Operation(list_acl, "List ACL policies")},
-             synopsis="List the ACL policies."),
-        Path("policies/acl/{name}", {Op.READ: Operation(read(False), "Read an ACL policy"),
-                                     **write(put, "Write an ACL policy"),
-                                     Op.DELETE: Operation(delete, "Delete an ACL policy")},
-             PolicyFields, synopsis="Read, write or delete an ACL policy."),
+        Path(
+            "policy",
+            {
+                Op.READ: Operation(list_legacy, "List policies"),
+                Op.LIST: Operation(list_legacy, "List policies"),
+            },
+            synopsis="List the ACL policies (legacy endpoint).",
+        ),
+        Path(
+            "policy/{name}",
+            {
+                Op.READ: Operation(read(True), "Read a policy"),
+                **write(put, "Write a policy"),
+                Op.DELETE: Operation(delete, "Delete a policy"),
+            },
+            PolicyFields,
+            synopsis="Read, write or delete an ACL policy (legacy endpoint).",
+        ),
+        Path(
+            ("policies/acl", "policies/acl/"),
+            {Op.LIST: Operation(list_acl, "List ACL policies")},
+            synopsis="List the ACL policies.",
+        ),
+        Path(
+            "policies/acl/{name}",
+            {
+                Op.READ: Operation(read(False), "Read an ACL policy"),
+                **write(put, "Write an ACL policy"),
+                Op.DELETE: Operation(delete, "Delete an ACL policy"),
+            },
+            PolicyFields,
+            synopsis="Read, write or delete an ACL policy.",
+        ),
     ]

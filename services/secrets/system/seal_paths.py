@@ -80,20 +80,22 @@ def paths(core: Core) -> list[Path]:
         if core.seal.initialized:
             raise bad_request("the secrets service is already initialized")
         if core.settings.seal.type != "static" and (f.secret_shares < 1 or f.secret_threshold < 1):
-            raise bad_request("secret_shares and secret_threshold are required and must be "
-                              "at least 1")
+            raise bad_request(
+                "secret_shares and secret_threshold are required and must be at least 1"
+            )
         if f.pgp_keys:
-            raise bad_request("pgp_keys are not supported; the keys are returned in hex and "
-                              "base64")
+            raise bad_request("pgp_keys are not supported; the keys are returned in hex and base64")
         shares, keyring = await core.seal.initialize(f.secret_shares, f.secret_threshold)
         # Unseal this replica with the fresh keyring to create the root token and mounts, then
         # seal again: a Shamir-sealed cluster stays sealed until its shares are given.
         root = await core.first_unseal(keyring)
-        return raw_json({
-            "keys": [s.hex() for s in shares],
-            "keys_base64": [base64.b64encode(s).decode() for s in shares],
-            "root_token": root,
-        })
+        return raw_json(
+            {
+                "keys": [s.hex() for s in shares],
+                "keys_base64": [base64.b64encode(s).decode() for s in shares],
+                "root_token": root,
+            }
+        )
 
     async def unseal(req: Request, f: UnsealFields) -> Response:
         await core.seal.load_config()
@@ -101,8 +103,9 @@ def paths(core: Core) -> list[Path]:
             core.seal.reset()
             return raw_json(seal_status(core))
         if not f.key:
-            raise bad_request("'key' must be specified in request body as JSON, or 'reset' "
-                              "set to true")
+            raise bad_request(
+                "'key' must be specified in request body as JSON, or 'reset' set to true"
+            )
         if not core.seal.initialized:
             raise bad_request("the secrets service is not initialized")
         await core.seal.submit_share(decode_share(f.key))
@@ -129,33 +132,67 @@ def paths(core: Core) -> list[Path]:
         else:
             code = f.activecode
         body = {
-            "initialized": initialized, "sealed": sealed, "standby": False,
-            "performance_standby": False, "replication_performance_mode": "disabled",
-            "replication_dr_mode": core.replication_mode(), "server_time_utc": int(
-                __import__("time").time()), "version": VERSION,
+            "initialized": initialized,
+            "sealed": sealed,
+            "standby": False,
+            "performance_standby": False,
+            "replication_performance_mode": "disabled",
+            "replication_dr_mode": core.replication_mode(),
+            "server_time_utc": int(__import__("time").time()),
+            "version": VERSION,
             "cluster_name": core.settings.cluster_name if not sealed else "",
             "cluster_id": core.cluster_id if not sealed else "",
         }
         return raw_json(body, status=code)
 
     async def leader(req: Request, _: NoFields) -> Response:
-        return raw_json({"ha_enabled": True, "is_self": True, "active_time": "",
-                         "leader_address": core.settings.api_addr, "leader_cluster_address": "",
-                         "performance_standby": False})
+        return raw_json(
+            {
+                "ha_enabled": True,
+                "is_self": True,
+                "active_time": "",
+                "leader_address": core.settings.api_addr,
+                "leader_cluster_address": "",
+                "performance_standby": False,
+            }
+        )
 
     unauth = {"unauthenticated": True}
     return [
-        Path("init", {Op.READ: Operation(init_read, "Is the service initialized?", **unauth),
-                      **write(init_write, "Initialize the service", **unauth)},
-             InitFields, synopsis="Initialize the service: create the keys and the root token."),
-        Path("unseal", write(unseal, "Submit an unseal key share", **unauth), UnsealFields,
-             synopsis="Unseal with key shares."),
-        Path("seal-status", {Op.READ: Operation(status, "Seal status", **unauth)},
-             synopsis="Whether the service is sealed, and the unseal progress."),
-        Path("seal", write(seal, "Seal the service", sudo=True),
-             synopsis="Seal every replica of the service."),
-        Path("health", {Op.READ: Operation(health, "Health", **unauth)}, HealthFields,
-             synopsis="Health of the node, as a status code."),
-        Path("leader", {Op.READ: Operation(leader, "Leader", **unauth)},
-             synopsis="High availability status."),
+        Path(
+            "init",
+            {
+                Op.READ: Operation(init_read, "Is the service initialized?", **unauth),
+                **write(init_write, "Initialize the service", **unauth),
+            },
+            InitFields,
+            synopsis="Initialize the service: create the keys and the root token.",
+        ),
+        Path(
+            "unseal",
+            write(unseal, "Submit an unseal key share", **unauth),
+            UnsealFields,
+            synopsis="Unseal with key shares.",
+        ),
+        Path(
+            "seal-status",
+            {Op.READ: Operation(status, "Seal status", **unauth)},
+            synopsis="Whether the service is sealed, and the unseal progress.",
+        ),
+        Path(
+            "seal",
+            write(seal, "Seal the service", sudo=True),
+            synopsis="Seal every replica of the service.",
+        ),
+        Path(
+            "health",
+            {Op.READ: Operation(health, "Health", **unauth)},
+            HealthFields,
+            synopsis="Health of the node, as a status code.",
+        ),
+        Path(
+            "leader",
+            {Op.READ: Operation(leader, "Leader", **unauth)},
+            synopsis="High availability status.",
+        ),
     ]

@@ -52,12 +52,29 @@ def paths(core: Core) -> list[Path]:
         return Response(extra={"wrap_info": info})
 
     return [
-        Path("wrapping/wrap", write(wrap, "Wrap the request body"), TokenField,
-             arbitrary_input=True, synopsis="Wrap arbitrary data in a wrapping token."),
-        Path("wrapping/unwrap", write(unwrap, "Unwrap"), TokenField,
-             synopsis="Return the wrapped response and spend the token."),
-        Path("wrapping/lookup", write(lookup, "Look up a wrapping token", unauthenticated=True),
-             TokenField, synopsis="Read a wrapping token's creation data."),
-        Path("wrapping/rewrap", write(rewrap, "Rewrap"), TokenField,
-             synopsis="Move a wrapped response into a new wrapping token."),
+        Path(
+            "wrapping/wrap",
+            write(wrap, "Wrap the request body"),
+            TokenField,
+            arbitrary_input=True,
+            synopsis="Wrap arbitrary data in a wrapping token.",
+        ),
+        Path(
+            "wrapping/unwrap",
+            write(unwrap, "Unwrap"),
+            TokenField,
+            synopsis="Return the wrapped response and spend the token.",
+        ),
+        Path(
+            "wrapping/lookup",
+            write(lookup, "Look up a wrapping token", unauthenticated=True),
+            TokenField,
+            synopsis="Read a wrapping token's creation data.",
+        ),
+        Path(
+            "wrapping/rewrap",
+            write(rewrap, "Rewrap"),
+            TokenField,
+            synopsis="Move a wrapped response into a new wrapping token.",
+        ),
     ]

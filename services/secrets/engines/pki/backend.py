@@ -40,6 +40,8 @@ class PKIBackend(Backend):
         "roles, then issue (new key) or sign (your CSR) under a role; revoke and publish CRLs."
     )
 
+    tidier: tidy.Tidier
+
     def build_paths(self) -> list[Path]:
         self.cfg = ConfigCache(self.storage)
         self.issuers = issuers.IssuerStore(self)
@@ -58,6 +60,9 @@ class PKIBackend(Backend):
             *urls.paths(self),
             *tidy.paths(self),
         ]
+
+    async def cleanup(self) -> None:
+        await self.tidier.stop()  # the mount is going away: stop a tidy still running on it
 
     async def call(self, routed: Routed, op: Op, req: Request, fields: Any) -> Response:
         await self.cfg.refresh()  # one read tells whether this replica's cache is current

@@ -16,7 +16,7 @@ from services.secrets.engines.pki import certs, names, urls
 from services.secrets.engines.pki.issue import other_sans_of
 from services.secrets.engines.pki.issuers import check_name
 from services.secrets.engines.pki.keys import checked_key_name, key_spec, new_key
-from services.secrets.engines.pki.models import IssuerEntry, KeyEntry
+from services.secrets.engines.pki.models import DEFAULT_USAGE, IssuerEntry, KeyEntry
 from services.secrets.engines.pki.pem import (
     as_format,
     check_format,
@@ -162,7 +162,7 @@ def constraints(f: ConstraintFields) -> dict[str, Any]:
 
 
 def issuer_from_info(issuer_id: str, info: dict[str, Any], key_id: str, name: str) -> IssuerEntry:
-    usage = ["read-only", "issuing-certificates", "crl-signing", "ocsp-signing"]
+    usage = list(DEFAULT_USAGE)
     if info["key_usage"] and "CRLSign" not in info["key_usage"]:
         usage.remove("crl-signing")
     return IssuerEntry(
@@ -183,6 +183,7 @@ def issuer_from_info(issuer_id: str, info: dict[str, Any], key_id: str, name: st
         fingerprint=info["fingerprint"],
         cert_key_usage=info["key_usage"],
         ca_chain=[info["certificate"]],
+        chain_self_signed=[info["self_issued"]],
         usage=usage,
         created=time.time(),
     )

@@ -31,17 +31,25 @@ async def get(b: PKIBackend, serial: str) -> CertEntry | None:
     return await b.storage.get_obj(f"certs/{serial_key(serial)}", CertEntry)
 
 
-def chain_of(issuer: IssuerEntry) -> list[str]:
-    return issuer.ca_chain or [issuer.certificate]
+def chain_of(issuer: IssuerEntry, *, without_roots: bool = False) -> list[str]:
+    chain = issuer.ca_chain or [issuer.certificate]
+    if without_roots and len(issuer.chain_self_signed) == len(chain):
+        return [c for c, root in zip(chain, issuer.chain_self_signed, strict=True) if not root]
+    return chain
 
 
 def cert_data(
-    result: dict[str, Any], issuer: IssuerEntry | None, fmt: str, *, key_format: str | None = None
+    result: dict[str, Any],
+    issuer: IssuerEntry | None,
+    fmt: str,
+    *,
+    key_format: str | None = None,
+    without_roots: bool = False,
 ) -> dict[str, Any]:
     """The certificate response: certificate, issuing_ca, ca_chain, serial_number, expiration,
     and private_key/private_key_type when the key was generated here (`key_format` set)."""
     cert = result["certificate"]
-    chain = chain_of(issuer) if issuer is not None else []
+    chain = chain_of(issuer, without_roots=without_roots) if issuer is not None else []
     issuing = issuer.certificate if issuer is not None else cert
     data: dict[str, Any] = {
         "certificate": as_format(cert, fmt),

@@ -203,7 +203,9 @@ def paths(b: PKIBackend) -> list[Path]:
         )
         if not role.no_store:
             await certs.store(b, result, issuer.id)
-        data = certs.cert_data(result, issuer, fmt, key_format=key_fmt)
+        data = certs.cert_data(
+            result, issuer, fmt, key_format=key_fmt, without_roots=f.remove_roots_from_chain
+        )
         return certs.respond(b, role, result, data, [])
 
     async def sign(req: Request, f: IssueFields) -> Response:
@@ -219,7 +221,8 @@ def paths(b: PKIBackend) -> list[Path]:
         result = await b.crypto("x509_sign", {"csr": f.csr, "cert": spec, "signer": signer})
         if not role.no_store:
             await certs.store(b, result, issuer.id)
-        return certs.respond(b, role, result, certs.cert_data(result, issuer, fmt), [])
+        data = certs.cert_data(result, issuer, fmt, without_roots=f.remove_roots_from_chain)
+        return certs.respond(b, role, result, data, [])
 
     return [
         Path(

@@ -145,18 +145,25 @@ class IssuerStore:
             entry.parents = [entries[j].id for j in plist if entries[j].id != entry.id]
         for entry in entries:
             chain = self.chain(entry, by_id)
-            await self.save(msgspec.structs.replace(entry, ca_chain=chain))
+            await self.save(
+                msgspec.structs.replace(
+                    entry,
+                    ca_chain=[c.certificate for c in chain],
+                    chain_self_signed=[c.self_issued for c in chain],
+                )
+            )
 
-    def chain(self, entry: IssuerEntry, by_id: dict[str, IssuerEntry]) -> list[str]:
+    def chain(self, entry: IssuerEntry, by_id: dict[str, IssuerEntry]) -> list[IssuerEntry]:
+        """This issuer, then every issuer above it (or its manual_chain)."""
         if entry.manual_chain:
-            return [by_id[i].certificate for i in entry.manual_chain if i in by_id]
+            return [by_id[i] for i in entry.manual_chain if i in by_id]
         out, seen, queue = [], set(), [entry.id]
         while queue:
             iid = queue.pop(0)
             if iid in seen or iid not in by_id:
                 continue
             seen.add(iid)
-            out.append(by_id[iid].certificate)
+            out.append(by_id[iid])
             queue.extend(by_id[iid].parents)
         return out
 

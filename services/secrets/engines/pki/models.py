@@ -43,6 +43,7 @@ class IssuerEntry(msgspec.Struct, kw_only=True):
     # (this certificate first) served with everything it issues.
     parents: list[str] = []
     ca_chain: list[str] = []
+    chain_self_signed: list[bool] = []  # per ca_chain entry: a self-signed root?
     manual_chain: list[str] | None = None
     leaf_not_after_behavior: str = "err"
     usage: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_USAGE))

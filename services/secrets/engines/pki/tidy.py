@@ -47,6 +47,12 @@ class Tidier:
         self.b = backend
         self.task: asyncio.Task[None] | None = None
 
+    async def stop(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
     async def status(self) -> TidyStatus:
         return await self.b.storage.get_obj(STATUS_KEY, TidyStatus) or TidyStatus()
 
@@ -103,7 +109,7 @@ class Tidier:
 
 
 def paths(b: PKIBackend) -> list[Path]:
-    tidier = Tidier(b)
+    tidier = b.tidier = Tidier(b)
 
     async def tidy(req: Request, f: TidyFields) -> Response:
         if not (
