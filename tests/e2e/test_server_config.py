@@ -1,0 +1,83 @@
+"""`trellis server --config FILE` runs a non-dev node from a config file, and `trellis run`
+runs one service with its health endpoints."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.conftest import free_port
+from tests.procs import ROOT, wait_http
+
+pytestmark = pytest.mark.e2e
+
+
+def test_server_from_config_file(nats_url: str, tmp_path: Path) -> None:
+    ports = [free_port() for _ in range(3)]
+    cfg = tmp_path / "trellis.yaml"
+    cfg.write_text(
+        f"nats_url: {nats_url}\n"
+        f"cluster_name: srv{ports[0]}\n"
+        f"secrets_addr: 127.0.0.1:{ports[0]}\n"
+        f"workspace_addr: 127.0.0.1:{ports[1]}\n"
+        f"scheduler_addr: 127.0.0.1:{ports[2]}\n"
+        f"cluster_addr: 127.0.0.1:{free_port()}\n"
+        "log_json: true\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "server", "--config", str(cfg)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        base = f"http://127.0.0.1:{ports[0]}"
+        wait_http(base + "/v1/sys/health", ok=(501,))
+        r = requests.post(
+            base + "/v1/sys/init", json={"secret_shares": 1, "secret_threshold": 1}, timeout=30
+        )
+        assert r.status_code == 200
+        r = requests.post(base + "/v1/sys/unseal", json={"key": r.json()["keys"][0]}, timeout=30)
+        assert r.json()["sealed"] is False
+        assert requests.get(base + "/readyz", timeout=5).status_code == 200
+        wait_http(f"http://127.0.0.1:{ports[1]}/api/v2/ping", ok=(200, 204))
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            assert proc.wait(40) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
+def test_run_one_service_serves_health(nats_url: str, tmp_path: Path) -> None:
+    health = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "run",
+            "secrets",
+            "--nats-url",
+            nats_url,
+            "--health-addr",
+            f"127.0.0.1:{health}",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{health}/readyz")
+        assert requests.get(f"http://127.0.0.1:{health}/healthz", timeout=5).status_code == 200
+        metrics = requests.get(f"http://127.0.0.1:{health}/metrics", timeout=5).text
+        assert "process_cpu_seconds_total" in metrics
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
