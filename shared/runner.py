@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import importlib
 import signal
+import ssl
 from typing import Any, Protocol
 
 import structlog
@@ -28,6 +29,19 @@ SERVICES: dict[str, str] = {
     "scheduler": "services.scheduler.service:SchedulerService",
     "client": "services.scheduler.client.service:ClientService",
 }
+
+
+def nats_options(settings: Settings) -> dict[str, Any]:
+    """Credentials and TLS for this service's NATS connection, from its settings."""
+    options: dict[str, Any] = {}
+    if settings.nats_user:
+        options.update(user=settings.nats_user, password=settings.nats_password)
+    if settings.nats_tls_ca or settings.nats_tls_cert:
+        ctx = ssl.create_default_context(cafile=settings.nats_tls_ca or None)
+        if settings.nats_tls_cert:
+            ctx.load_cert_chain(settings.nats_tls_cert, settings.nats_tls_key or None)
+        options["tls"] = ctx
+    return options
 
 
 class Service(Protocol):
@@ -54,7 +68,7 @@ async def run_service(
     configure_logging(json=settings.log_json, level=settings.log_level)
     structlog.contextvars.bind_contextvars(service=name)
     cls = service_class(name)
-    bus = await Bus.connect(settings.nats_url, name=f"trellis-{name}")
+    bus = await Bus.connect(settings.nats_url, name=f"trellis-{name}", **nats_options(settings))
     svc: Service = cls(bus, settings, **(options or {}))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -24,6 +24,13 @@ class KmsLibrary(msgspec.Struct, kw_only=True):
 
 class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     nats_url: str = "nats://127.0.0.1:4222"
+    # This service's NATS identity (deploy/nats/secure.conf gives each service its own user and
+    # subject permissions) and TLS material; empty means none.
+    nats_user: str = ""
+    nats_password: str = ""
+    nats_tls_ca: str = ""
+    nats_tls_cert: str = ""
+    nats_tls_key: str = ""
     # JetStream replica count for buckets and streams: 1 in dev, 3 on a cluster.
     replicas: int = 1
     # Names buckets and streams, so two clusters can share one NATS in tests.

@@ -29,6 +29,8 @@ from nats.js.api import (
 from nats.js.kv import KeyValue
 
 _SAFE = re.compile(rb"[-_A-Za-z0-9]")
+# Most paths need no escaping at all: a quick check saves the per-byte walk on the hot path.
+_PLAIN = re.compile(r"[-_A-Za-z0-9]+(?:/[-_A-Za-z0-9]+)*")
 
 
 class CasConflict(Exception):
@@ -73,6 +75,8 @@ class Storage(Protocol):
 def encode_key(path: str) -> str:
     if len(path) > MAX_KEY_LENGTH:
         raise KeyTooLong(f"the path is too long (over {MAX_KEY_LENGTH} characters)")
+    if _PLAIN.fullmatch(path):
+        return path.replace("/", ".")
     out = []
     for seg in path.split("/"):
         if not seg:

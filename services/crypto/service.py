@@ -71,14 +71,23 @@ class CryptoService:
                         "--health-addr",
                         "",
                     ],
-                    env={
-                        **os.environ,
-                        "TRELLIS_NATS_URL": self.settings.nats_url,
-                        "TRELLIS_CLUSTER_NAME": self.settings.cluster_name,
-                    },
+                    env={**os.environ, **self._child_env()},
                 )
             )
         self._ready = True
+
+    def _child_env(self) -> dict[str, str]:
+        """What a worker process needs to join the same cluster as this one."""
+        s = self.settings
+        env = {
+            "TRELLIS_NATS_URL": s.nats_url,
+            "TRELLIS_CLUSTER_NAME": s.cluster_name,
+            "TRELLIS_LOG_JSON": str(s.log_json).lower(),
+        }
+        for name in ("nats_user", "nats_password", "nats_tls_ca", "nats_tls_cert", "nats_tls_key"):
+            if getattr(s, name):
+                env[f"TRELLIS_{name.upper()}"] = getattr(s, name)
+        return env
 
     async def stop(self) -> None:
         self._ready = False

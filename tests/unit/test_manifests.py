@@ -434,11 +434,14 @@ def test_nats_confs_exist() -> None:
 
 @pytest.mark.parametrize("path", NATS_CONFS, ids=lambda p: str(p.relative_to(DEPLOY)))
 def test_nats_conf_parses_and_is_durable(path: Path) -> None:
-    nats_server_test(path)
     conf = path.read_text()
+    # Secrets such as passwords come from the environment: give the variables dummy values.
+    variables = set(re.findall(r"\$(TRELLIS_[A-Z_]+)", conf))
+    nats_server_test(path, env={**os.environ, **{v: "test" for v in variables}})
     assert re.search(r"^\s*sync_interval\s*:\s*always\s*$", conf, re.M)
     assert payload_bytes(conf) > MIN_PAYLOAD
-    assert re.search(r"^\s*http\s*:", conf, re.M)
+    if "authorization" not in conf:  # the secure config leaves monitoring to the operator
+        assert re.search(r"^\s*http\s*:", conf, re.M)
 
 
 def test_local_cluster_nodes_are_distinct() -> None:
