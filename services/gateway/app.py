@@ -97,7 +97,9 @@ def create_app(
             elapsed = time.perf_counter() - start
             metrics.REQUESTS.labels(api.name, request.method, str(status)).inc()
             metrics.LATENCY.labels(api.name).observe(elapsed)
-            log.debug(
+            # The canonical line per request: failures always, successes at debug (volume).
+            emit = log.warning if status >= 500 else log.info if status >= 400 else log.debug
+            emit(
                 "request",
                 method=request.method,
                 path=request.path,
@@ -178,5 +180,7 @@ def create_app(
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", prometheus)
     app.router.add_route("*", "/_echo", echo)
-    app.router.add_route("*", "/{tail:.*}", proxy)
+    # `[\s\S]*`, not `.*`: a path with an encoded newline (%0A) must still reach the proxy,
+    # or aiohttp's own 404 escapes the middleware as a 500.
+    app.router.add_route("*", r"/{tail:[\s\S]*}", proxy)
     return app
