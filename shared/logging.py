@@ -9,6 +9,7 @@ import sys
 
 import msgspec
 import structlog
+import structlog.tracebacks
 
 _json = msgspec.json.Encoder()
 
@@ -25,7 +26,12 @@ def configure_logging(*, json: bool, level: str = "info") -> None:
         renderer = structlog.processors.JSONRenderer(
             serializer=lambda o, **_: _json.encode(o).decode()
         )
-        shared_tail = [structlog.processors.dict_tracebacks]
+        # Never render locals: they hold tokens, unseal shares and secret values.
+        shared_tail = [
+            structlog.processors.ExceptionRenderer(
+                structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+            )
+        ]
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
         shared_tail = []
