@@ -355,3 +355,13 @@ async def test_very_long_path_is_a_client_error(nats_url: str) -> None:
         assert status == 200  # the replica is still connected
     finally:
         await c.close()
+
+
+async def test_lease_listing_takes_a_folder_with_or_without_slash(nats_url: str) -> None:
+    c = await start_cluster(nats_url)
+    try:
+        for prefix in ("auth/token", "auth/token/", "nothing-here"):
+            status, body = await c.request("LIST", f"/v1/sys/leases/lookup/{prefix}")
+            assert status in (200, 404), body
+    finally:
+        await c.close()

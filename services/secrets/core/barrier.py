@@ -18,6 +18,10 @@ T = TypeVar("T")
 _json = msgspec.json.Encoder()
 
 
+def _folder(prefix: str) -> str:
+    return prefix if not prefix or prefix.endswith("/") else prefix + "/"
+
+
 def children(keys: list[str], prefix: str) -> list[str]:
     """Vault's LIST: the immediate children of `prefix`, folders with a trailing slash."""
     out: set[str] = set()
