@@ -65,6 +65,21 @@ async def latencies(n: int, concurrency: int, call: Any) -> tuple[list[float], f
     return out, time.perf_counter() - start
 
 
+async def drained(svc: SchedulerService, limit: float) -> None:
+    """Wait (bounded) until no evaluation is pending."""
+    deadline = time.perf_counter() + limit
+    report = time.perf_counter() + 5
+    while time.perf_counter() < deadline:
+        pending = sum(1 for e in svc.fsm.t.evals.values() if e["Status"] == "pending")
+        if not pending:
+            return
+        if time.perf_counter() > report:
+            report += 5
+            stats = svc.broker.stats() if svc.broker else None
+            print(f"  ... {pending} evaluations pending, broker {stats}", flush=True)
+        await asyncio.sleep(0.05)
+
+
 def small_job(i: int) -> dict[str, Any]:
     return {
         "Job": {
@@ -123,7 +138,7 @@ async def main(args: argparse.Namespace) -> None:
         buses = [await Bus.connect(url, n) for n in ("gw", "sched", "echo", "client")]
         gw = Gateway(buses[0], settings)
         await gw.start()
-        svc = SchedulerService(buses[1], settings, heartbeat_ttl=30.0)
+        svc = SchedulerService(buses[1], settings, heartbeat_ttl=30.0, workers=2)
         await svc.start()
 
         async def echo(req: HttpRequest, ctx: CallContext) -> HttpResponse:
@@ -153,13 +168,25 @@ async def main(args: argparse.Namespace) -> None:
                 lambda i: timed(s, "POST", base + "/v1/jobs", small_job(i)),
             )
 
+            # Let the registrations' evaluations drain so the figure below is placement only.
+            await drained(svc, 60.0)
             print(f"placing {args.allocs} allocations...", flush=True)
             start = time.perf_counter()
             await timed(s, "POST", base + "/v1/jobs", big_job(args.allocs))
             placed_at = running_at = None
             deadline = start + args.timeout
+            last_report = start
             while time.perf_counter() < deadline:
                 allocs = svc.fsm.t.job_allocs("default", "bench-big")
+                if time.perf_counter() - last_report > 5:
+                    last_report = time.perf_counter()
+                    evs = svc.fsm.t.job_evals("default", "bench-big")
+                    print(
+                        f"  ... {len(allocs)} placed, evals "
+                        f"{sorted((e['Status'], e['TriggeredBy']) for e in evs)}, broker "
+                        f"{svc.broker.stats() if svc.broker else None}",
+                        flush=True,
+                    )
                 if placed_at is None and len(allocs) >= args.allocs:
                     placed_at = time.perf_counter()
                 if (

@@ -5,7 +5,6 @@ heartbeat again `ready`."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 
 import msgspec
@@ -37,14 +36,13 @@ class HeartbeatTracker:
         self._task = asyncio.create_task(self._run())
 
     async def demoted(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None  # the loop checks it: a cancel may be swallowed
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task], timeout=5)
 
     async def _run(self) -> None:
-        while True:
+        while self._task is not None:
             await asyncio.sleep(self.ttl / 4)
             try:
                 await self.check()

@@ -56,8 +56,7 @@ class Worker:
         self._stopping = True
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await asyncio.wait([self._task], timeout=5)
 
     async def _run(self) -> None:
         backoff = 0.05

@@ -34,7 +34,12 @@ class ApiContext:
 
     async def append(self, kind: str, payload: dict[str, Any]) -> tuple[int, Any]:
         try:
-            return await self.replog.append(kind, msgspec.msgpack.encode(payload))
+            data = msgspec.msgpack.encode(payload)
+        except OverflowError:
+            # A client number beyond 64 bits (Nomad's ints are int64/uint64): bad input.
+            raise HttpError(400, "Failed to decode request body: number out of range") from None
+        try:
+            return await self.replog.append(kind, data)
         except ApplyError as exc:
             raise HttpError(exc.code, exc.message) from None
 

@@ -101,6 +101,9 @@ async def register(ctx: ApiContext, req: Request, path_id: str = "") -> Any:
         or (eval_priority and not 1 <= eval_priority <= 100)
     ):
         raise bad("Eval priority must be between 1 and 100 inclusively")
+    modify_index = data.get("JobModifyIndex") or 0
+    if not isinstance(modify_index, int) or isinstance(modify_index, bool):
+        raise bad("Failed to decode request body: JobModifyIndex must be an integer")
     warnings = ""
     submission = data.get("Submission")
     if isinstance(submission, dict) and submission.get("Source") is not None:
@@ -130,7 +133,7 @@ async def register(ctx: ApiContext, req: Request, path_id: str = "") -> Any:
             "eval": ev,
             "submission": submission,
             "enforce_index": bool(data.get("EnforceIndex")),
-            "job_modify_index": int(data.get("JobModifyIndex") or 0),
+            "job_modify_index": modify_index,
             "preserve_counts": bool(data.get("PreserveCounts")),
         },
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +83,3 @@ async def blocking(replog: ReplicatedLog, opts: QueryOptions, compute: Compute) 
         await replog.wait_for(replog.applied_index, left)
         index, body = compute()
     return index, body
-
-
-Awaitable_ = Awaitable  # re-exported for handler type hints

@@ -3,12 +3,13 @@ becomes a plain-text answer with Nomad's status code, never a 500 for bad input.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 
 import structlog
 
 from services.scheduler.api import acl_endpoints as acl
-from services.scheduler.api import cluster, jobs
+from services.scheduler.api import cluster, jobs, openapi
 from services.scheduler.api.context import ApiContext
 from services.scheduler.api.http import HttpError, Request, error
 from shared.bus import CallContext
@@ -21,6 +22,7 @@ INVALID_METHOD = "Invalid method"
 
 # (path after /v1 as segments with ":x" placeholders, {method: handler})
 ROUTES: list[tuple[list[str], dict[str, Handler]]] = [
+    (["openapi.json"], {"GET": openapi.serve}),
     (["jobs"], {"GET": jobs.list_jobs, "POST": jobs.register, "PUT": jobs.register}),
     (["jobs", "parse"], {"POST": jobs.parse, "PUT": jobs.parse, "GET": jobs.parse}),
     (
@@ -118,8 +120,6 @@ class Router:
                 return error(405, INVALID_METHOD)
             resp: HttpResponse = await handler(self.ctx, req, *args)
             if req.has("pretty") and resp.headers.get("Content-Type") == "application/json":
-                import json
-
                 resp.body = json.dumps(json.loads(resp.body or b"null"), indent=4).encode()
             return resp
         except HttpError as exc:

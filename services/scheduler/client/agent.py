@@ -130,6 +130,8 @@ class ClientAgent:
         self._flush = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._stops: set[asyncio.Task[None]] = set()
+        # Loops also check this flag: on Python 3.11 asyncio.wait_for can swallow a cancel.
+        self._stopping = False
         self.ready = False
 
     @property
@@ -174,7 +176,7 @@ class ClientAgent:
 
     async def _heartbeat_loop(self) -> None:
         ids = self.node_ids
-        while True:
+        while not self._stopping:
             if self.heartbeating:
                 for i in range(0, len(ids), 2000):
                     with contextlib.suppress(Exception):
@@ -185,7 +187,7 @@ class ClientAgent:
             await asyncio.sleep(max(self.heartbeat_ttl / 4, 0.05))
 
     async def _poll_loop(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 reply = await self.bus.request(
                     self._subject(wire.NODE_ALLOCS),
@@ -239,7 +241,7 @@ class ClientAgent:
         self._flush.set()
 
     async def _flush_loop(self) -> None:
-        while True:
+        while not self._stopping:
             await self._flush.wait()
             await asyncio.sleep(FLUSH_EVERY)  # batch what arrives meanwhile
             self._flush.clear()
@@ -272,11 +274,11 @@ class ClientAgent:
 
     async def stop(self, *, kill_tasks: bool = True, report: bool = True) -> None:
         self.ready = False
+        self._stopping = True
         for t in self._tasks:
             t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=5)
         if kill_tasks:
             await asyncio.gather(*(r.stop() for r in self.runners.values()), return_exceptions=True)
         if report:

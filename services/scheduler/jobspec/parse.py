@@ -46,6 +46,12 @@ def _load(text: str, filename: str) -> dict[str, Any]:
             "is no closing brace for this block before the end of the file."
         ) from None
     except (UnexpectedCharacters, UnexpectedInput) as exc:
+        if getattr(getattr(exc, "token", None), "type", "") == "$END":
+            lines = text.splitlines() or [""]
+            raise JobParseError(
+                f"{filename}:{len(lines)},{len(lines[-1]) + 1}: Unclosed configuration block; "
+                "There is no closing brace for this block before the end of the file."
+            ) from None
         line, col = getattr(exc, "line", 0), getattr(exc, "column", 0)
         raise JobParseError(
             f"{filename}:{line},{col}: Invalid syntax; The configuration could not be parsed "
