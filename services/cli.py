@@ -1,5 +1,6 @@
 """The `trellis` command: `dev` (everything on one machine), `run <service>` (one service, what
-Kubernetes runs), `server --config FILE` (every service of a node from a config file)."""
+Kubernetes runs), `server --config FILE` (every service of a node from a config file), `drill
+<name>` (scale, chaos, NATS failover and network drills on a private loopback cluster)."""
 
 from __future__ import annotations
 
@@ -61,11 +62,19 @@ def main(argv: list[str] | None = None) -> None:
     server = sub.add_parser("server", help="run every service of a node from a config file")
     server.add_argument("--config", required=True)
 
+    from services.drill.main import add_parser as add_drill_parser
+
+    add_drill_parser(sub)
+
     args = parser.parse_args(argv)
     if args.command == "dev":
         from services.dev import run_dev
 
         sys.exit(run_dev(args))
+    if args.command == "drill":
+        from services.drill.main import run_drill
+
+        sys.exit(run_drill(args))
     if args.command == "server":
         from services.dev import run_server
 

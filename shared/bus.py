@@ -108,6 +108,10 @@ class Bus:
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
             connect_timeout=options.pop("connect_timeout", 5),
+            # Find a dead connection (a black-holed route, a frozen server) in seconds, not the
+            # default minutes, so that reconnection and re-subscription start soon.
+            ping_interval=options.pop("ping_interval", 5),
+            max_outstanding_pings=options.pop("max_outstanding_pings", 3),
             error_cb=on_error,
             disconnected_cb=on_disconnect,
             reconnected_cb=on_reconnect,

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
+import nats.errors
 import structlog
 
 from services.secrets.core.core import Core
@@ -17,9 +21,26 @@ from shared.storage import JetStreamStorage
 
 log = structlog.get_logger("secrets")
 
+T = TypeVar("T")
+
 
 def bucket_name(settings: Settings, suffix: str) -> str:
     return f"{settings.cluster_name}-{suffix}".replace(".", "-")
+
+
+async def _retrying(step: Callable[[], Awaitable[T]], *, seconds: float = 60.0) -> T:
+    """Run a start-up step again while JetStream answers with errors or not at all."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    delay = 0.2
+    while True:
+        try:
+            return await step()
+        except (nats.errors.Error, TimeoutError) as exc:
+            if asyncio.get_running_loop().time() + delay > deadline:
+                raise
+            log.warning("storage not ready; retrying", error=type(exc).__name__)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 class SecretsService:
@@ -46,7 +67,8 @@ class SecretsService:
         )
         self.core = core = Core(self.bus, self.settings, storage, is_leader=self._is_leader)
         self.lease = LeaderLease(leader_store.kv, "secrets-expiration", core.seal.node_id, ttl=6.0)
-        await self.lease.start()
+        await _retrying(self.lease.start)
+        await _retrying(core.seal.load_config)  # storage answers before anything subscribes
         await core.start()
 
         async def on_http(req: HttpRequest, ctx: CallContext) -> HttpResponse:

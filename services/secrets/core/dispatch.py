@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote
 
 import msgspec
+import nats.errors
 import structlog
 
 from services.secrets.core.namespaces import ROOT
@@ -119,6 +120,10 @@ async def handle_http(core: Core, env: HttpRequest) -> HttpResponse:
         return error_response(exc.code, [exc.message])
     except KeyTooLong as exc:
         return error_response(400, [str(exc)])
+    except (nats.errors.Error, TimeoutError) as exc:
+        # Storage is in a leader election or unreachable: nothing was acknowledged; retry.
+        log.warning("storage unavailable", error=type(exc).__name__)
+        return error_response(503, ["storage is unavailable for a moment; retry the request"])
     except Exception:
         log.exception("request failed", path=env.path, method=env.method)
         return error_response(500, ["internal error"])

@@ -57,8 +57,10 @@ def _h(value: str) -> str:
 
 
 def _slot(due: float, ref: str) -> str:
-    # Rounded up: when a slot's second has passed, everything in it has expired.
-    sec = math.ceil(due)
+    # Rounded up: when a slot's second has passed, everything in it has expired. Clamped at 0:
+    # a due time before the epoch (a huge negative TTL) would write "-…" names the expiry loop
+    # cannot parse, and one such name stalled every expiry behind it.
+    sec = max(0, math.ceil(due))
     return f"{sec // 60:012d}/{sec:012d}-{_h(ref)}"
 
 

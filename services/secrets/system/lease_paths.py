@@ -54,7 +54,9 @@ def paths(core: Core) -> list[Path]:
         )
 
     async def list_leases(req: Request, f: PrefixFields) -> Response:
-        keys = await core.expiration.list_prefix(f.prefix)
+        # Vault lists `prefix/` when the prefix lacks its slash; storage wants folders.
+        prefix = f.prefix if not f.prefix or f.prefix.endswith("/") else f.prefix + "/"
+        keys = await core.expiration.list_prefix(prefix)
         if not keys:
             raise not_found()
         return Response(data={"keys": keys})
