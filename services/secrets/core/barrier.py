@@ -79,13 +79,15 @@ class Barrier:
         await self.storage.delete(path, revision)
 
     async def list(self, prefix: str) -> list[str]:
-        """Immediate children of the folder `prefix` (which ends in '/' or is empty)."""
+        """Immediate children of the folder `prefix` ("a/b" and "a/b/" are the same folder)."""
         self._ring()
+        prefix = _folder(prefix)
         return children(await self.storage.list(prefix), prefix)
 
     async def list_all(self, prefix: str) -> list[str]:
-        """Every key below `prefix`, relative to it."""
+        """Every key below the folder `prefix`, relative to it."""
         self._ring()
+        prefix = _folder(prefix)
         return [k[len(prefix) :] for k in await self.storage.list(prefix)]
 
     def view(self, prefix: str) -> BarrierView:
