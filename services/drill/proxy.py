@@ -71,6 +71,10 @@ class FaultProxy:
         self._conns.update((writer, up_w))
         try:
             await asyncio.gather(self._pipe(reader, up_w), self._pipe(up_r, writer))
+        except asyncio.CancelledError:
+            # The proxy is shutting down: this connection task is the top of its own stack,
+            # and asyncio's stream callback would log the cancel as an error.
+            pass
         finally:
             for w in (writer, up_w):
                 self._conns.discard(w)
