@@ -7,6 +7,7 @@ import re
 from collections.abc import Awaitable, Callable
 from urllib.parse import unquote
 
+from services.workspace import openapi
 from services.workspace.context import Req
 from services.workspace.handlers import (
     accounts,
@@ -28,6 +29,7 @@ RSC = "/workspaces/{id}/relationships/{rsc:remote[-_]state[-_]consumers}"
 TABLE: list[tuple[str, str, Handler, bool]] = [
     ("GET", "/.well-known/terraform.json", meta.discovery, False),
     ("GET", "/ping", meta.ping, False),
+    ("GET", "/openapi.json", openapi.serve, False),
     # users, tokens, VCS installations, site admin
     ("GET", "/account/details", accounts.account_details, True),
     ("POST", "/admin/users", accounts.create_user, True),

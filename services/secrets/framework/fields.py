@@ -80,9 +80,12 @@ _FALSE = {"", "0", "f", "false", "no", "off", "n"}
 def _weak(name: str, value: Any, base: Any, weak: str | None) -> Any:
     if weak == DURATION:
         try:
-            return parse_duration(value)
+            seconds = parse_duration(value)
         except ValueError as exc:
             raise FieldError(f"error converting input for field {name!r}: {exc}") from None
+        if seconds < 0:
+            raise FieldError(f"field {name!r} cannot be a negative duration")
+        return seconds
     if weak == COMMA_LIST:
         if isinstance(value, str):
             return [p.strip() for p in value.split(",") if p.strip()]
