@@ -106,6 +106,7 @@ def test_captures_beat_body() -> None:
         ({"opts": "{nope"}, "opts"),
         ({"pairs": ["novalue"]}, "pairs"),
         ({"port": [1]}, "port"),
+        ({"ttl": "-1h"}, "negative"),
     ],
 )
 def test_bad_values_name_the_field(data: dict[str, object], fragment: str) -> None:
