@@ -5,12 +5,11 @@ with canaries — and place what is missing with the Placer."""
 from __future__ import annotations
 
 import asyncio
-import random
 import re
-from collections.abc import Callable
 from typing import Any
 
 from services.scheduler.placement.placer import Placer
+from services.scheduler.scheduling.base import NOT_NEEDED, BaseScheduler
 from services.scheduler.scheduling.plan import Plan, new_alloc
 from services.scheduler.scheduling.reschedule import may_reschedule, next_delay, tracker_with
 from services.scheduler.state.fsm import new_eval
@@ -18,7 +17,6 @@ from services.scheduler.state.tables import Tables, client_terminal
 
 CHUNK = 256  # placements between yields to the event loop
 
-NOT_NEEDED = "alloc not needed due to job update"
 LOST = "alloc is lost since its node is down"
 UPDATING = "alloc is being updated due to job update"
 RESCHEDULED = "alloc was rescheduled because it failed"
@@ -60,34 +58,15 @@ def _group_of(job: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
     return None
 
 
-class GenericScheduler:
-    def __init__(
-        self,
-        state: Tables,
-        ev: dict[str, Any],
-        *,
-        now: int,
-        new_id: Callable[[], str],
-        rng: random.Random | None = None,
-    ) -> None:
-        self.s = state
-        self.ev = ev
-        self.now = now
-        self.new_id = new_id
-        self.rng = rng or random.Random()
+class GenericScheduler(BaseScheduler):
+    def __init__(self, state: Tables, ev: dict[str, Any], **kw: Any) -> None:
+        super().__init__(state, ev, **kw)
         self.batch = ev["Type"] == "batch"
 
     async def compute(self) -> Plan:
-        ns, job_id = self.ev["Namespace"], self.ev["JobID"]
-        plan = Plan(ns, job_id, self.ev["ID"])
-        job = self.s.jobs.get(f"{ns}\x00{job_id}")
-        allocs = self.s.job_allocs(ns, job_id)
-        stopped = job is None or bool(job.get("Stop"))
-        if stopped:
-            for a in allocs:
-                if a["DesiredStatus"] == "run" and not client_terminal(a):
-                    plan.stop.append({"ID": a["ID"], "DesiredDescription": NOT_NEEDED})
-            return plan
+        plan, job, allocs = self.inputs()
+        if job is None or job.get("Stop"):
+            return self.stop_running(plan, allocs)
         assert job is not None
         placer = Placer(
             list(self.s.nodes.values()), list(self.s.allocs.values()), job, rng=self.rng

@@ -4,45 +4,28 @@ ready node; allocations on down nodes are lost, on nodes no longer fit they are 
 from __future__ import annotations
 
 import asyncio
-import random
-from collections.abc import Callable
 from typing import Any
 
 from services.scheduler.placement.placer import Placer, feasible_nodes, fit_on
-from services.scheduler.scheduling.generic import LOST, NOT_NEEDED, UPDATING, destructive
+from services.scheduler.scheduling.base import NOT_NEEDED, BaseScheduler
+from services.scheduler.scheduling.generic import LOST, UPDATING, destructive
 from services.scheduler.scheduling.plan import Plan, new_alloc
 from services.scheduler.state.tables import Tables, client_terminal
 
 CHUNK = 256
 
 
-class SystemScheduler:
-    def __init__(
-        self,
-        state: Tables,
-        ev: dict[str, Any],
-        *,
-        now: int,
-        new_id: Callable[[], str],
-        rng: random.Random | None = None,
-    ) -> None:
-        self.s = state
-        self.ev = ev
-        self.now = now
-        self.new_id = new_id
-        self.rng = rng or random.Random()
+class SystemScheduler(BaseScheduler):
+    def __init__(self, state: Tables, ev: dict[str, Any], **kw: Any) -> None:
+        super().__init__(state, ev, **kw)
         self.sysbatch = ev["Type"] == "sysbatch"
 
     async def compute(self) -> Plan:
-        ns, job_id = self.ev["Namespace"], self.ev["JobID"]
-        plan = Plan(ns, job_id, self.ev["ID"])
-        job = self.s.jobs.get(f"{ns}\x00{job_id}")
-        allocs = self.s.job_allocs(ns, job_id)
+        plan, job, allocs = self.inputs()
+        ns, job_id = plan.namespace, plan.job_id
         live = [a for a in allocs if a["DesiredStatus"] == "run" and not client_terminal(a)]
         if job is None or job.get("Stop"):
-            for a in live:
-                plan.stop.append({"ID": a["ID"], "DesiredDescription": NOT_NEEDED})
-            return plan
+            return self.stop_running(plan, live)
         placer = Placer(
             list(self.s.nodes.values()), list(self.s.allocs.values()), job, rng=self.rng
         )
