@@ -10,6 +10,8 @@ command -v ssh-keygen >/dev/null || need_apt+=(openssh-client)
 command -v softhsm2-util >/dev/null || need_apt+=(softhsm2)
 command -v gpg >/dev/null || need_apt+=(gnupg)
 command -v useradd >/dev/null || need_apt+=(passwd)
+command -v nft >/dev/null || need_apt+=(nftables)
+command -v ip >/dev/null || need_apt+=(iproute2)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq

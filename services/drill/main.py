@@ -9,7 +9,7 @@ from typing import Any
 from services.drill.base import ALL_SERVICES, DrillOptions
 from services.drill.report import dumps, format_report
 
-DRILLS = ("scale", "chaos", "nats-failover", "network")
+DRILLS = ("scale", "chaos", "nats-failover", "network", "partition")
 
 
 def options_from_args(args: Any) -> DrillOptions:
@@ -46,6 +46,10 @@ async def run(name: str, opts: DrillOptions, **kw: Any) -> dict[str, Any]:
         from services.drill.scale import run_scale
 
         return await run_scale(opts, **kw)
+    if name == "partition":
+        from services.drill.partition import run_partition
+
+        return await run_partition(opts)
     from services.drill.network import run_network
 
     return await run_network(opts)
