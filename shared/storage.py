@@ -10,6 +10,7 @@ then a server-side subject filter, not a scan.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import re
 import uuid
@@ -17,6 +18,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
+import msgspec
+import nats.errors
 import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.api import (
@@ -31,6 +34,32 @@ from nats.js.kv import KeyValue
 _SAFE = re.compile(rb"[-_A-Za-z0-9]")
 # Most paths need no escaping at all: a quick check saves the per-byte walk on the hot path.
 _PLAIN = re.compile(r"[-_A-Za-z0-9]+(?:/[-_A-Za-z0-9]+)*")
+
+
+class _LastBySubject(msgspec.Struct):
+    last_by_subj: str
+
+
+class _StoredMsg(msgspec.Struct):
+    seq: int = 0
+    data: str = ""
+    hdrs: str = ""
+
+
+class _ApiError(msgspec.Struct):
+    code: int = 0
+    description: str = ""
+
+
+class _GetReply(msgspec.Struct):
+    message: _StoredMsg | None = None
+    error: _ApiError | None = None
+
+
+_get_request = msgspec.json.Encoder()
+_get_reply = msgspec.json.Decoder(_GetReply)
+# A delete or purge marker is the key's last message once it is gone.
+_DELETED = re.compile(rb"KV-Operation:\s*(DEL|PURGE)")
 
 
 class CasConflict(Exception):
@@ -123,10 +152,13 @@ class JetStreamStorage:
     """Storage on one JetStream KV bucket. Its stream is the write-ahead log: the revision of a
     write is the stream sequence, which DR replication ships as the WAL index."""
 
-    def __init__(self, kv: KeyValue, js: JetStreamContext, bucket: str) -> None:
+    def __init__(
+        self, kv: KeyValue, js: JetStreamContext, bucket: str, timeout: float = 5.0
+    ) -> None:
         self.kv = kv
         self.js = js
         self.bucket = bucket
+        self.timeout = timeout
 
     @classmethod
     async def open(
@@ -149,13 +181,32 @@ class JetStreamStorage:
         return f"KV_{self.bucket}"
 
     async def get(self, key: str) -> Entry | None:
+        """The last message of the key's subject, read from the stream leader (so a read after
+        an acknowledged write always sees it). This is the hot path of every secrets read:
+        one JetStream API request decoded with msgspec, without nats-py's generic JSON and
+        MIME header parsing."""
+        subject = f"$KV.{self.bucket}.{encode_key(key)}"
         try:
-            e = await self.kv.get(encode_key(key), validate_keys=False)
-        except nats.js.errors.KeyNotFoundError:
+            msg = await self.js._nc.request(  # the context's own connection
+                f"$JS.API.STREAM.MSG.GET.{self.stream}",
+                _get_request.encode(_LastBySubject(last_by_subj=subject)),
+                timeout=self.timeout,
+            )
+        except nats.errors.NoRespondersError:
+            raise nats.js.errors.ServiceUnavailableError() from None
+        reply = _get_reply.decode(msg.data)
+        if reply.error is not None:
+            if reply.error.code == 404:
+                return None
+            raise nats.js.errors.APIError(
+                code=reply.error.code, description=reply.error.description
+            )
+        stored = reply.message
+        if stored is None:
             return None
-        if e.value is None:
+        if stored.hdrs and _DELETED.search(base64.b64decode(stored.hdrs)):
             return None
-        return Entry(key, e.value, e.revision or 0)
+        return Entry(key, base64.b64decode(stored.data) if stored.data else b"", stored.seq)
 
     async def put(self, key: str, value: bytes) -> int:
         return await self.kv.put(encode_key(key), value, validate_keys=False)
