@@ -35,6 +35,8 @@ class Dev:
     scheduler: str
     root_token: str
     proc: subprocess.Popen[str]
+    nats_url: str = ""
+    cluster: str = "trellis"
 
 
 @contextlib.contextmanager
@@ -64,12 +66,16 @@ def trellis_dev(*extra: str) -> Iterator[Dev]:
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     token = ""
+    nats_url = ""
     deadline = time.monotonic() + 120
     assert proc.stdout is not None
     for line in proc.stdout:
         m = re.match(r"Root Token: (\S+)", line)
         if m:
             token = m.group(1)
+        m = re.match(r"NATS:\s+(\S+)", line)
+        if m:
+            nats_url = m.group(1)
         if line.startswith("Press Ctrl-C") or time.monotonic() > deadline:
             break
     if not token:
@@ -82,6 +88,7 @@ def trellis_dev(*extra: str) -> Iterator[Dev]:
             f"http://127.0.0.1:{ports[2]}",
             token,
             proc,
+            nats_url,
         )
     finally:
         proc.send_signal(signal.SIGINT)

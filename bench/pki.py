@@ -17,9 +17,7 @@ import contextlib
 import datetime as dt
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -204,14 +202,36 @@ async def stop_workers(procs: list[asyncio.subprocess.Process]) -> None:
             p.kill()
 
 
-async def setup_pki(c: Any) -> None:
-    from services.crypto.service import CryptoService
-    from shared.bus import Bus
+class DevCluster:
+    """`trellis dev` seen the way the bench needs it: gateway and secrets in their own
+    processes, as in production, so the measurement is not one event loop doing everything."""
 
-    # A temporary in-process worker creates the roots; the measured workers are processes.
-    bus = await Bus.connect(c.settings.nats_url, "bench-setup-crypto")
-    worker = CryptoService(bus, c.settings)
-    await worker.start()
+    def __init__(self, dev: Any) -> None:
+        self.dev = dev
+        self.secrets_url = dev.secrets
+        self.root_token = dev.root_token
+        self.nats_url = dev.nats_url
+        self.cluster = dev.cluster
+
+    async def request(self, method: str, path: str, json: Any = None) -> tuple[int, Any]:
+        import aiohttp
+
+        async with (
+            aiohttp.ClientSession() as s,
+            s.request(
+                method,
+                self.secrets_url + path,
+                json=json,
+                headers={"X-Vault-Token": self.root_token},
+            ) as r,
+        ):
+            body = await r.json(content_type=None) if r.content_length != 0 else None
+            return r.status, body
+
+
+async def setup_pki(c: DevCluster) -> None:
+    # A temporary worker process creates the roots; the measured workers are started later.
+    setup = await start_workers(c.nats_url, c.cluster, 1)
     try:
         for kind, (key_type, bits) in KINDS.items():
             for path, body in (
@@ -241,10 +261,10 @@ async def setup_pki(c: Any) -> None:
                 if status not in (200, 204):
                     raise RuntimeError(f"{path}: {status} {out}")
     finally:
-        await bus.close()
+        await stop_workers(setup)
 
 
-async def measure(c: Any, kind: str, duration: float, concurrency: int) -> dict[str, Any]:
+async def measure(c: DevCluster, kind: str, duration: float, concurrency: int) -> dict[str, Any]:
     args = [
         "--load",
         c.secrets_url,
@@ -262,16 +282,12 @@ async def measure(c: Any, kind: str, duration: float, concurrency: int) -> dict[
 async def bench(
     duration: float, rsa_duration: float, concurrency: int, worker_counts: list[int]
 ) -> None:
-    from tests.conftest import start_nats
-    from tests.harness import start_cluster
+    from bench._common import trellis_dev
 
     logging_quiet()
-    tmp = tempfile.mkdtemp(prefix="trellis-bench-pki-")
-    nats, url, _ = start_nats(tmp)
-    c = None
     seconds = {"ec": duration, "rsa": rsa_duration}
-    try:
-        c = await start_cluster(url, log_level="warning")
+    with trellis_dev("--services", "none") as dev:
+        c = DevCluster(dev)
         await setup_pki(c)
         print(
             f"# PKI issue throughput: {duration:g}s per EC case, {rsa_duration:g}s per RSA "
@@ -284,7 +300,7 @@ async def bench(
         print(f"gateway ceiling (authenticated role read): {ceiling['rate']:8.1f} req/s")
         rates: dict[tuple[int, str], float] = {}
         for n in worker_counts:
-            procs = await start_workers(url, c.settings.cluster_name, n)
+            procs = await start_workers(c.nats_url, c.cluster, n)
             try:
                 for k in KINDS:
                     r = await measure(c, k, seconds[k], concurrency)
@@ -306,12 +322,6 @@ async def bench(
         for k in KINDS:
             if (1, k) in rates and (2, k) in rates:
                 print(f"{k:4} 2 workers / 1 worker = {rates[(2, k)] / rates[(1, k)]:.2f}x")
-    finally:
-        if c is not None:
-            await c.close()
-        nats.terminate()
-        nats.wait(10)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def logging_quiet() -> None:
