@@ -59,14 +59,14 @@ async def test_shamir_unseal_reaches_every_replica(nats_url: str) -> None:
         assert status == 200 and body["sealed"] is False
 
         async def all_unsealed() -> bool:
-            return all(not s.core.barrier.sealed for s in c.secrets)  # type: ignore[union-attr]
+            return all(not s.core.sealed for s in c.secrets)  # type: ignore[union-attr]
 
         await _until(all_unsealed)
         # A replica started later joins the unsealed cluster without a human.
         late = await c.add_secrets_replica()
 
         async def late_unsealed() -> bool:
-            return not late.core.barrier.sealed  # type: ignore[union-attr]
+            return not late.core.sealed  # type: ignore[union-attr]
 
         await _until(late_unsealed)
         # Sealing through one replica seals them all.

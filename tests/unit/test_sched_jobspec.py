@@ -191,3 +191,15 @@ def test_canonicalize_batch_and_no_datacenters() -> None:
     assert tg["RestartPolicy"]["Interval"] == 86_400_000_000_000
     assert "Migrate" not in tg or tg["Migrate"] is None
     assert tg["Tasks"][0]["Resources"] == {"CPU": 100, "Cores": 0, "MemoryMB": 300}
+
+
+def test_parser_runtime_errors_become_parse_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """python-hcl2 reports some semantic errors (a repeated attribute) as RuntimeError."""
+    import services.scheduler.jobspec.parse as parse_mod
+
+    def boom(text: str) -> dict[str, object]:
+        raise RuntimeError("Attribute x is already defined.")
+
+    monkeypatch.setattr(parse_mod.hcl2, "loads", boom)
+    with pytest.raises(parse_mod.JobParseError, match="already defined"):
+        parse_mod.parse_job('job "x" {}')

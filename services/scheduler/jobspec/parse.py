@@ -57,8 +57,10 @@ def _load(text: str, filename: str) -> dict[str, Any]:
             f"{filename}:{line},{col}: Invalid syntax; The configuration could not be parsed "
             "at this position."
         ) from None
-    except (LarkError, ValueError, TypeError) as exc:
-        raise JobParseError(f"{filename}: Invalid syntax; {str(exc).splitlines()[0]}") from None
+    except (LarkError, ValueError, TypeError, RuntimeError) as exc:
+        # python-hcl2 reports some semantic errors (a repeated attribute) as RuntimeError.
+        first = (str(exc).splitlines() or [""])[0]
+        raise JobParseError(f"{filename}: Invalid syntax; {first}") from None
 
 
 def _type_name(raw: Any) -> str:
