@@ -17,8 +17,9 @@ DR = "/v1/sys/replication/dr/"
 
 
 def call(base: str, method: str, path: str, token: str = "", **kw: Any) -> tuple[int, Any]:
-    r = requests.request(method, base + path, headers={"X-Vault-Token": token} if token else {},
-                         timeout=30, **kw)
+    r = requests.request(
+        method, base + path, headers={"X-Vault-Token": token} if token else {}, timeout=30, **kw
+    )
     return r.status_code, (r.json() if r.content else None)
 
 
@@ -26,25 +27,30 @@ def test_two_dev_instances_pair_and_stream() -> None:
     with dev("--services", "replication") as a, dev("--services", "replication") as b:
         code, body = call(a.secrets, "POST", DR + "primary/enable", a.root_token, json={})
         assert code in (200, 204), body
-        code, body = call(a.secrets, "POST", DR + "primary/secondary-token", a.root_token,
-                          json={"id": "dr-b"})
+        code, body = call(
+            a.secrets, "POST", DR + "primary/secondary-token", a.root_token, json={"id": "dr-b"}
+        )
         assert code == 200, body
         activation = body["wrap_info"]["token"]
-        code, body = call(b.secrets, "POST", DR + "secondary/enable", b.root_token,
-                          json={"token": activation})
+        code, body = call(
+            b.secrets, "POST", DR + "secondary/enable", b.root_token, json={"token": activation}
+        )
         assert code == 200, body
 
         for i in range(5):
-            code, _ = call(a.secrets, "POST", f"/v1/secret/data/app{i}", a.root_token,
-                           json={"data": {"i": i}})
+            code, _ = call(
+                a.secrets, "POST", f"/v1/secret/data/app{i}", a.root_token, json={"data": {"i": i}}
+            )
             assert code == 200
         _, primary = call(a.secrets, "GET", DR + "status")
         started = time.monotonic()
         deadline = started + 10
         while True:
             _, secondary = call(b.secrets, "GET", DR + "status")
-            if (secondary["data"]["last_remote_wal"] >= primary["data"]["last_wal"]
-                    and secondary["data"]["merkle_root"] == primary["data"]["merkle_root"]):
+            if (
+                secondary["data"]["last_remote_wal"] >= primary["data"]["last_wal"]
+                and secondary["data"]["merkle_root"] == primary["data"]["merkle_root"]
+            ):
                 break
             assert time.monotonic() < deadline, (primary, secondary)
             time.sleep(0.05)

@@ -11,12 +11,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from terrasnek.api import TFC
+from terrasnek.exceptions import TFCHTTPNotFound, TFCHTTPUnprocessableEntity
 
 from tests.integration.test_workspace_api import start_cluster
-
-terrasnek = pytest.importorskip("terrasnek")
-from terrasnek.api import TFC  # noqa: E402
-from terrasnek.exceptions import TFCHTTPNotFound, TFCHTTPUnprocessableEntity  # noqa: E402
 
 pytestmark = pytest.mark.nats
 

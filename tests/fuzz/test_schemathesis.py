@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+import schemathesis  # noqa: F401 - a test dependency; fails loudly if missing
 
 from tests.fuzz.cluster import FuzzTarget, start_target
-
-pytest.importorskip("schemathesis")
 
 pytestmark = [pytest.mark.nats, pytest.mark.asyncio(loop_scope="module")]
 

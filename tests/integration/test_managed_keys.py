@@ -35,11 +35,12 @@ def _softhsm_library() -> str | None:
 def softhsm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A SoftHSM2 token store of our own. The PKCS#11 library reads SOFTHSM2_CONF once, when
     it is first loaded in this process, so tokens are made before any test uses it."""
-    pytest.importorskip("pkcs11")
+    import pkcs11  # noqa: F401 - a dependency; fails loudly if missing
+
     library = _softhsm_library()
     util = shutil.which("softhsm2-util")
     if library is None or util is None:
-        pytest.skip("SoftHSM2 is not installed (apt-get install softhsm2)")
+        pytest.fail("SoftHSM2 is not installed (apt-get install softhsm2; ./test.sh does)")
     root = tmp_path_factory.mktemp("softhsm")
     (root / "tokens").mkdir()
     conf = root / "softhsm2.conf"
@@ -197,8 +198,9 @@ async def test_names_are_unique_and_delete_respects_mounts(hsm_cluster: Cluster)
 
 @pytest.fixture
 async def kms() -> AsyncIterator[Fake]:
-    pytest.importorskip("boto3")
-    pytest.importorskip("moto")
+    import boto3  # noqa: F401
+    import moto  # noqa: F401
+
     fake = await start_fake("tests.fakes.kms")
     try:
         yield fake

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import aiohttp
@@ -28,29 +29,53 @@ ROOT = Path(__file__).resolve().parents[2]
 USERS = ("gateway", "secrets", "crypto", "replication", "workspace", "scheduler", "client")
 
 
+def _start_secure_nats(tmp: str) -> tuple[subprocess.Popen[bytes], int]:
+    """nats-server with deploy/nats/secure.conf, a password per service from the environment."""
+    env = {**os.environ, **{f"TRELLIS_NATS_{u.upper()}_PASSWORD": f"pw-{u}" for u in USERS}}
+    port = free_port()
+    log_path = Path(tmp) / "nats.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [
+                shutil.which("nats-server") or "nats-server",
+                "-c",
+                f"{tmp}/secure.conf",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                str(port),
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 20
+    while "Server is ready" not in log_path.read_text(errors="replace"):
+        assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()
+        time.sleep(0.05)
+    return proc, port
+
+
 async def test_secure_config_permissions() -> None:
     tmp = tempfile.mkdtemp(prefix="trellis-secure-")
     conf = (ROOT / "deploy/nats/secure.conf").read_text().replace("./data/secure", f"{tmp}/js")
     (Path(tmp) / "secure.conf").write_text(conf)
-    env = {**os.environ, **{f"TRELLIS_NATS_{u.upper()}_PASSWORD": f"pw-{u}" for u in USERS}}
-    port = free_port()
-    log = open(Path(tmp) / "nats.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen([shutil.which("nats-server") or "nats-server", "-c",
-                             f"{tmp}/secure.conf", "-a", "127.0.0.1", "-p", str(port)],
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc, port = _start_secure_nats(tmp)
     url = f"nats://127.0.0.1:{port}"
     buses: list[Bus] = []
     services: list[object] = []
     try:
-        for _ in range(100):
-            if "Server is ready" in (Path(tmp) / "nats.log").read_text():
-                break
-            await asyncio.sleep(0.05)
 
         def settings(user: str) -> Settings:
-            return Settings(nats_url=url, nats_user=user, nats_password=f"pw-{user}",
-                            secrets_addr="127.0.0.1:0", workspace_addr="127.0.0.1:0",
-                            scheduler_addr="127.0.0.1:0", log_json=False)
+            return Settings(
+                nats_url=url,
+                nats_user=user,
+                nats_password=f"pw-{user}",
+                secrets_addr="127.0.0.1:0",
+                workspace_addr="127.0.0.1:0",
+                scheduler_addr="127.0.0.1:0",
+                log_json=False,
+            )
 
         async def bus(user: str) -> Bus:
             b = await Bus.connect(url, user, **nats_options(settings(user)))
@@ -66,15 +91,17 @@ async def test_secure_config_permissions() -> None:
         services += [secrets, crypto, gateway]
         base = gateway.addresses["secrets"]
         async with aiohttp.ClientSession() as s:
-            async with s.post(base + "/v1/sys/init", json={"secret_shares": 1,
-                                                          "secret_threshold": 1}) as r:
+            async with s.post(
+                base + "/v1/sys/init", json={"secret_shares": 1, "secret_threshold": 1}
+            ) as r:
                 init = await r.json()
                 assert r.status == 200, init
             async with s.post(base + "/v1/sys/unseal", json={"key": init["keys"][0]}) as r:
                 assert (await r.json())["sealed"] is False
             hdr = {"X-Vault-Token": init["root_token"]}
-            async with s.post(base + "/v1/secret/data/x", headers=hdr,
-                              json={"data": {"a": "b"}}) as r:
+            async with s.post(
+                base + "/v1/secret/data/x", headers=hdr, json={"data": {"a": "b"}}
+            ) as r:
                 assert r.status == 200
             async with s.get(base + "/v1/secret/data/x", headers=hdr) as r:
                 assert (await r.json())["data"]["data"] == {"a": "b"}
@@ -98,8 +125,13 @@ async def test_secure_config_permissions() -> None:
             await spy.close()
         assert sum("ermissions" in e for e in errors) >= 2, errors
         with pytest.raises(nats.errors.Error):
-            await nats.connect(url, user="gateway", password="wrong", max_reconnect_attempts=0,
-                               allow_reconnect=False)
+            await nats.connect(
+                url,
+                user="gateway",
+                password="wrong",
+                max_reconnect_attempts=0,
+                allow_reconnect=False,
+            )
     finally:
         for svc in reversed(services):
             await svc.stop()  # type: ignore[attr-defined]

@@ -8,7 +8,6 @@ import base64
 import contextlib
 import datetime as dt
 import re
-import shutil
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,7 +27,6 @@ from tests.harness import Cluster, start_cluster
 
 pytestmark = [
     pytest.mark.nats,
-    pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl"),
 ]
 
 

@@ -51,7 +51,7 @@ def _user_key() -> str:
 def _keygen_show(tmp: Path, cert: str) -> str:
     keygen = shutil.which("ssh-keygen")
     if keygen is None:
-        pytest.skip("ssh-keygen (openssh-client) is not installed")
+        pytest.fail("ssh-keygen (openssh-client) is not installed; ./test.sh installs it")
     (tmp / "c-cert.pub").write_text(cert)
     return subprocess.run(
         [keygen, "-L", "-f", str(tmp / "c-cert.pub")], check=True, capture_output=True, text=True

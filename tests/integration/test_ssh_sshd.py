@@ -35,12 +35,10 @@ pytestmark = pytest.mark.nats
 SSHD = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
 SSH = shutil.which("ssh")
 SSH_KEYGEN = shutil.which("ssh-keygen")
-if SSHD is None or SSH is None or SSH_KEYGEN is None:
-    pytest.skip(
-        "OpenSSH sshd, ssh and ssh-keygen are needed (apt-get install openssh-server "
-        "openssh-client)",
-        allow_module_level=True,
-    )
+assert SSHD and SSH and SSH_KEYGEN, (
+    "OpenSSH sshd, ssh and ssh-keygen are needed (apt-get install openssh-server "
+    "openssh-client; ./test.sh installs them)"
+)
 
 
 class Sshd:
@@ -242,7 +240,7 @@ async def test_signed_certificate_logs_in_to_sshd(
 def throwaway_user(home_parent: Path) -> Iterator[str]:
     """A local user whose home is in the test's temp dir (deleted afterwards)."""
     if os.geteuid() != 0 or shutil.which("useradd") is None:
-        pytest.skip("creating a target user for dynamic keys needs root and useradd")
+        pytest.fail("creating a target user for dynamic keys needs root and useradd")
     name = "trl" + uuid.uuid4().hex[:8]
     home = home_parent / name
     subprocess.run(

@@ -19,7 +19,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from services.crypto.ops import CryptoFailure, run_local
 
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
+assert shutil.which("openssl"), "openssl is not installed (./test.sh installs it)"
 NOW = int(time.time())
 
 

@@ -13,7 +13,7 @@ import pytest
 from services.replication import pgp
 from shared.errors import ServiceError
 
-pytestmark = pytest.mark.skipif(shutil.which("gpg") is None, reason="gpg is not installed")
+assert shutil.which("gpg"), "gpg is not installed (apt-get install gnupg; ./test.sh does)"
 
 
 def _gpg(home: str, *args: str, stdin: bytes = b"") -> bytes:
