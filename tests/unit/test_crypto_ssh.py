@@ -22,7 +22,6 @@ from services.crypto.ops import CryptoFailure, run_local
 
 SSH_KEYGEN = shutil.which("ssh-keygen")
 assert SSH_KEYGEN, "ssh-keygen (openssh-client) is not installed (./test.sh installs it)"
-needs_keygen = pytest.mark.usefixtures()  # kept as a marker of the tests that run ssh-keygen
 
 
 def _keygen(tmp: Path, name: str, *args: str) -> str:
@@ -114,7 +113,6 @@ def test_dynamic_keys_are_rsa_1024_or_2048() -> None:
         assert run_local("ssh_public_key_info", {"public_key": pair["public_key"]})["bits"] == bits
 
 
-@needs_keygen
 def test_certificate_as_ssh_keygen_reads_it(tmp_path: Path) -> None:
     user = _keygen(tmp_path, "user", "-t", "ed25519")
     ca = run_local("ssh_generate_key", {"key_type": "ec", "key_bits": 384})
@@ -150,7 +148,6 @@ def test_certificate_as_ssh_keygen_reads_it(tmp_path: Path) -> None:
     _cert(out["signed_key"]).verify_cert_signature()
 
 
-@needs_keygen
 @pytest.mark.parametrize(
     ("signer", "shown"),
     [
@@ -230,7 +227,6 @@ def test_allowed_user_key_lengths(rsa_ca: dict[str, Any]) -> None:
         _sign(ca, p384, allowed_user_key_lengths={"ecdsa": [256]})
 
 
-@needs_keygen
 def test_import_ca_from_ssh_keygen(tmp_path: Path) -> None:
     public = _keygen(tmp_path, "ca", "-t", "ecdsa", "-b", "256")
     private = (tmp_path / "ca").read_text()
@@ -243,7 +239,6 @@ def test_import_ca_from_ssh_keygen(tmp_path: Path) -> None:
         run_local("ssh_import_ca", {"private_key": "not a key", "public_key": public})
 
 
-@needs_keygen
 def test_encrypted_private_key_is_refused(tmp_path: Path) -> None:
     assert SSH_KEYGEN is not None
     subprocess.run(
@@ -254,7 +249,6 @@ def test_encrypted_private_key_is_refused(tmp_path: Path) -> None:
         run_local("ssh_parse_private_key", {"private_key": (tmp_path / "enc").read_text()})
 
 
-@needs_keygen
 @pytest.mark.parametrize(
     ("key_type", "key_bits", "bits"),
     [
