@@ -12,10 +12,14 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from shared.localnet import free_port
+
+if TYPE_CHECKING:
+    from tests.openbao import OpenBao
 
 
 def start_nats(
@@ -94,3 +98,13 @@ def pytest_make_collect_report(collector: pytest.Collector):  # type: ignore[no-
     report = outcome.get_result()
     if report.skipped and os.environ.get("TRELLIS_REQUIRE_ALL") == "1":
         report.outcome = "failed"
+
+
+@pytest.fixture(scope="session")
+def openbao() -> Iterator[OpenBao]:
+    """One real OpenBao dev server for the session (tests/openbao.py): the oracle for tests that
+    claim Trellis answers as OpenBao does. Use unique mount and entity names per test."""
+    from tests.openbao import openbao_dev
+
+    with openbao_dev() as bao:
+        yield bao
