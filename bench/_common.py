@@ -32,6 +32,7 @@ class Dev:
     proc: subprocess.Popen[str]
     nats_url: str = ""
     cluster: str = "trellis"
+    data_dir: str = ""  # credentials and keys of the cluster (services/dev_nats.py)
 
 
 @contextlib.contextmanager
@@ -84,6 +85,7 @@ def trellis_dev(*extra: str) -> Iterator[Dev]:
             token,
             proc,
             nats_url,
+            data_dir=data,
         )
     finally:
         proc.send_signal(signal.SIGINT)

@@ -144,15 +144,20 @@ async def run_child(args: list[str]) -> dict[str, Any]:
 
 
 # ---- orchestration -------------------------------------------------------------------------
-async def start_workers(nats_url: str, cluster: str, n: int) -> list[asyncio.subprocess.Process]:
+async def start_workers(
+    nats_url: str, cluster: str, n: int, data_dir: str
+) -> list[asyncio.subprocess.Process]:
     """n worker processes (each `--processes 1` with its own health port, so that the bench
-    can wait until every one of them serves the queue group)."""
+    can wait until every one of them serves the queue group), with the crypto workers' NATS
+    credentials and channel key from the dev cluster's data dir."""
     import aiohttp
 
+    from services.dev_nats import existing
     from tests.conftest import free_port
 
     env = {
         **os.environ,
+        **existing(Path(data_dir)).env_for("crypto"),
         "TRELLIS_NATS_URL": nats_url,
         "TRELLIS_CLUSTER_NAME": cluster,
         "TRELLIS_LOG_LEVEL": "warning",
@@ -212,6 +217,7 @@ class DevCluster:
         self.root_token = dev.root_token
         self.nats_url = dev.nats_url
         self.cluster = dev.cluster
+        self.data_dir = dev.data_dir
 
     async def request(self, method: str, path: str, json: Any = None) -> tuple[int, Any]:
         import aiohttp
@@ -231,7 +237,7 @@ class DevCluster:
 
 async def setup_pki(c: DevCluster) -> None:
     # A temporary worker process creates the roots; the measured workers are started later.
-    setup = await start_workers(c.nats_url, c.cluster, 1)
+    setup = await start_workers(c.nats_url, c.cluster, 1, c.data_dir)
     try:
         for kind, (key_type, bits) in KINDS.items():
             for path, body in (
@@ -300,7 +306,7 @@ async def bench(
         print(f"gateway ceiling (authenticated role read): {ceiling['rate']:8.1f} req/s")
         rates: dict[tuple[int, str], float] = {}
         for n in worker_counts:
-            procs = await start_workers(c.nats_url, c.cluster, n)
+            procs = await start_workers(c.nats_url, c.cluster, n, c.data_dir)
             try:
                 for k in KINDS:
                     r = await measure(c, k, seconds[k], concurrency)

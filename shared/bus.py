@@ -24,6 +24,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from prometheus_client import Counter, Histogram
 
+from shared.deferred import Deferred, ParkedReplies
 from shared.errors import BusTimeout, NoResponders, ServiceError
 from shared.messages import BusError
 
@@ -60,6 +61,20 @@ def encode(obj: Any) -> bytes:
     return _encoder.encode(obj)
 
 
+async def _resume_ordered_consumers(nc: NatsClient) -> None:
+    """A restarted nats-server has lost its ordered consumers (KV watchers, log followers: in
+    memory on the server); nats-py would notice only after two missed idle heartbeats (10 s or
+    more). Recreate each at once from the next stream sequence it has not seen."""
+    for sub in list(nc._subs.values()):
+        jsi = getattr(sub, "_jsi", None)
+        if jsi is None or not jsi._ordered:
+            continue
+        try:
+            await jsi.reset_ordered_consumer(jsi._sseq + 1)
+        except Exception:  # the heartbeat check of nats-py remains as the fallback
+            log.warning("could not resume an ordered consumer", stream=jsi._stream)
+
+
 @dataclass(slots=True)
 class CallContext:
     """What a handler knows about who asked and why; bound into every log line."""
@@ -81,6 +96,8 @@ class Bus:
         self.name = name
         self._subs: list[Any] = []
         self._inflight: set[asyncio.Task[None]] = set()
+        # Long polls waiting for their answer without holding a handler slot (shared/deferred.py).
+        self._parked = ParkedReplies()
         # Called after a reconnect: broadcasts sent meanwhile were missed, caches must reload.
         self.reconnect_hooks: list[Callable[[], Awaitable[None]]] = []
 
@@ -96,6 +113,8 @@ class Bus:
 
         async def on_reconnect() -> None:
             log.info("nats reconnected", client=name)
+            if holder:
+                await _resume_ordered_consumers(holder[0].nc)
             for hook in list(holder[0].reconnect_hooks) if holder else []:
                 try:
                     await hook()
@@ -206,6 +225,13 @@ class Bus:
             try:
                 request = dec.decode(msg.data)
                 result = await handler(request, ctx)
+                if isinstance(result, Deferred):
+                    # Free this slot now; the reply goes out when the deferred is ready.
+                    finish = result.finish
+                    self._parked.park(
+                        result, lambda: self._handle(msg, dec, lambda _r, _c: finish())
+                    )
+                    return
                 reply = encode(result) if result is not None else b""
             except msgspec.DecodeError as exc:
                 error, reply = True, encode(BusError(code=400, message=f"bad message: {exc}"))
@@ -229,6 +255,7 @@ class Bus:
                 await sub.unsubscribe()
         if self._inflight:
             await asyncio.wait(list(self._inflight), timeout=20)
+        await self._parked.close()
         with contextlib.suppress(Exception):
             await self.nc.drain()
         with contextlib.suppress(Exception):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import urllib.error
 import urllib.request
 from typing import Any
@@ -14,6 +15,15 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# Extra CAs the setup requests trust (`trellis dev --tls` trusts its own dev CA).
+_TLS: list[ssl.SSLContext] = []
+
+
+def trust_ca(ca_file: str) -> None:
+    """Verify https:// setup requests against `ca_file` (in addition to nothing else)."""
+    _TLS[:] = [ssl.create_default_context(cafile=ca_file)]
 
 
 def http_json(
@@ -27,7 +37,8 @@ def http_json(
         req.add_header("X-Vault-Token", token)
         req.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        ctx = _TLS[0] if _TLS and url.startswith("https:") else None
+        with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:
             raw = resp.read()
             return resp.status, json.loads(raw) if raw else None
     except urllib.error.HTTPError as exc:

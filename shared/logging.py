@@ -1,6 +1,10 @@
 """structlog set up once per process: a console renderer in dev, JSON lines otherwise. Stdlib
 loggers (aiohttp, nats) go through the same processors. Request ids are bound with contextvars
-by the gateway and by the bus for each message."""
+by the gateway and by the bus for each message.
+
+Logs hold no secret: tracebacks are rendered without local variables (they hold tokens, unseal
+shares and secret values), in both renderers, and every event, structlog's or a stdlib
+logger's, passes through shared/redact.py after its traceback is rendered."""
 
 from __future__ import annotations
 
@@ -11,7 +15,18 @@ import msgspec
 import structlog
 import structlog.tracebacks
 
+from shared.redact import redact_credentials
+
 _json = msgspec.json.Encoder()
+
+
+def _exception_renderer(json: bool) -> structlog.types.Processor:
+    if json:
+        return structlog.processors.ExceptionRenderer(
+            structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+        )
+    # A plain traceback: file, line and code, never the frames' variables.
+    return structlog.processors.format_exc_info
 
 
 def configure_logging(*, json: bool, level: str = "info") -> None:
@@ -26,17 +41,18 @@ def configure_logging(*, json: bool, level: str = "info") -> None:
         renderer = structlog.processors.JSONRenderer(
             serializer=lambda o, **_: _json.encode(o).decode()
         )
-        # Never render locals: they hold tokens, unseal shares and secret values.
-        shared_tail = [
-            structlog.processors.ExceptionRenderer(
-                structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
-            )
-        ]
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
-        shared_tail = []
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
+        )
+    exceptions = _exception_renderer(json)
     structlog.configure(
-        processors=[*shared, *shared_tail, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        processors=[
+            *shared,
+            exceptions,
+            redact_credentials,
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
         logger_factory=structlog.stdlib.LoggerFactory(),
         cache_logger_on_first_use=True,
@@ -44,7 +60,13 @@ def configure_logging(*, json: bool, level: str = "info") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                # Stdlib records (aiohttp, nats, asyncio) carry their exc_info to here.
+                exceptions,
+                redact_credentials,
+                renderer,
+            ],
             foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
         )
     )

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import stat
@@ -41,6 +42,8 @@ OPERATIONS = ("read", "list", "create", "update", "delete", "patch")
 # Environment Trellis sets for a plugin process.
 ENV_NATS_URL = "TRELLIS_NATS_URL"
 ENV_SUBJECT = "TRELLIS_PLUGIN_SUBJECT"
+# A 0600 JSON file {"user", "password"}: the plugin's NATS user, limited to plugin subjects.
+ENV_CREDENTIALS = "TRELLIS_PLUGIN_NATS_CREDENTIALS"
 
 
 # ---- wire types (msgpack), shared by Trellis and the plugin -----------------------------------
@@ -310,6 +313,16 @@ _call_dec = msgspec.msgpack.Decoder(PluginCall)
 _storage_reply = msgspec.msgpack.Decoder(StorageReply)
 
 
+def _nats_auth() -> dict[str, str]:
+    """The plugin NATS user Trellis named in the environment (none on an open test bus)."""
+    creds = os.environ.get(ENV_CREDENTIALS)
+    if not creds:
+        return {}
+    with open(creds) as f:
+        data = json.load(f)
+    return {"user": data["user"], "password": data["password"]}
+
+
 async def serve(plugin: Plugin, nats_url: str, prefix: str) -> None:
     """Serve until stdin closes or a signal arrives."""
     import nats  # imported here so `import shared.plugin_sdk` stays cheap for Trellis
@@ -327,9 +340,11 @@ async def serve(plugin: Plugin, nats_url: str, prefix: str) -> None:
     async def on_closed() -> None:
         stop.set()  # the bus is gone for good (reconnects exhausted): so are we
 
+    auth = _nats_auth()
     nc = await nats.connect(
         nats_url,
         name=f"plugin-{plugin.name}",
+        **auth,
         max_reconnect_attempts=RECONNECT_ATTEMPTS,
         reconnect_time_wait=0.5,
         error_cb=on_error,

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
-import itertools
 import time
 import uuid
 from collections.abc import Callable
@@ -32,6 +30,8 @@ from nats.js.api import (
     StreamConfig,
 )
 from nats.js.object_store import ObjectStore
+
+from shared.waiters import IndexWaiters
 
 log = structlog.get_logger("replog")
 
@@ -100,9 +100,11 @@ class ReplicatedLog:
         self._applied = 0
         self._last_snapshot = 0
         self._pending: dict[str, asyncio.Future[tuple[int, Any]]] = {}
-        # (index, tiebreak, future): woken once applied >= index.
-        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
-        self._tiebreak = itertools.count()
+        # Futures woken once applied >= their index (consistent reads, blocking queries).
+        self._waiters = IndexWaiters()
+        # Barriers waiting for the next lookup of the stream's last sequence (see barrier()).
+        self._lookups: list[asyncio.Future[int]] = []
+        self._lookup_task: asyncio.Task[None] | None = None
         self._sub: Any = None
         self._store: ObjectStore | None = None
         self._snap_task: asyncio.Task[None] | None = None
@@ -139,10 +141,7 @@ class ReplicatedLog:
             if not fut.done():
                 fut.set_exception(ApplyError(503, "the replicated log is stopping"))
         self._pending.clear()
-        for _, _, fut in self._waiters:
-            if not fut.done():
-                fut.cancel()
-        self._waiters.clear()
+        self._waiters.wake_all()
 
     async def _ensure_stream(self) -> None:
         cfg = StreamConfig(
@@ -185,6 +184,7 @@ class ReplicatedLog:
             return
         self.machine.restore(snap.data, snap.index)
         self._applied = self._last_snapshot = snap.index
+        self._waiters.notify(snap.index)
         log.info("restored snapshot", stream=self.stream, index=snap.index)
 
     async def _on_msg(self, msg: Msg) -> None:
@@ -214,10 +214,7 @@ class ReplicatedLog:
                     fut.set_exception(error)
                 else:
                     fut.set_result((index, result))
-        while self._waiters and self._waiters[0][0] <= index:
-            _, _, w = heapq.heappop(self._waiters)
-            if not w.done():
-                w.set_result(None)
+        self._waiters.notify(index)
         if index - self._last_snapshot >= self.snapshot_every:
             self._maybe_snapshot(index)
 
@@ -274,27 +271,53 @@ class ReplicatedLog:
     async def _wait_applied(self, index: int, timeout: float | None) -> None:
         if self._applied >= index:
             return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._waiters, (index, next(self._tiebreak), fut))
-        try:
-            await asyncio.wait_for(fut, timeout)
-        finally:
-            # A timed-out future stays in the heap until the index passes; popping skips it.
-            if not fut.done():
-                fut.cancel()
+        if not await self._waiters.wait(index, timeout):
+            raise TimeoutError
 
     async def barrier(self) -> int:
         """Wait until this replica applied everything the stream held when called (a consistent
         read); returns the applied index."""
-        try:
-            last = (await self.js.stream_info(self.stream)).state.last_seq
-        except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
-            raise ApplyError(503, "the log stream is unavailable") from None
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._lookups.append(fut)
+        if self._lookup_task is None:
+            self._lookup_task = asyncio.create_task(self._look_up_last())
+        last = await fut
         try:
             await self._wait_applied(last, self.timeout)
         except TimeoutError:
             raise ApplyError(504, "the replica did not catch up in time") from None
         return self._applied
+
+    async def _look_up_last(self) -> None:
+        """The stream's last sequence for every barrier waiting, one lookup per round: a caller
+        joins the next round, which starts after it arrived (so it sees every write acknowledged
+        before its read), and a burst of reads costs a few lookups instead of one each."""
+        batch: list[asyncio.Future[int]] = []
+        try:
+            while self._lookups:
+                batch, self._lookups = self._lookups, []
+                try:
+                    last = (await self.js.stream_info(self.stream)).state.last_seq
+                except Exception as exc:
+                    if not isinstance(
+                        exc, nats.errors.NoRespondersError | nats.errors.TimeoutError
+                    ):
+                        log.warning("stream lookup failed", stream=self.stream, error=str(exc))
+                    _fail(batch)
+                    continue
+                for f in batch:
+                    if not f.done():
+                        f.set_result(last)
+        finally:
+            self._lookup_task = None
+            # Cancelled mid-lookup (stopping): nobody may wait for a round that never comes.
+            _fail(batch + self._lookups)
+            self._lookups = []
+
+    def park(self, after: int, timeout: float) -> asyncio.Future[bool]:
+        """A future (not a task) for a blocking query: True once the applied index is greater
+        than `after`, False when `timeout` runs out first. See shared/waiters.py."""
+        return self._waiters.wait(after + 1, timeout)
 
     # The timeout is part of the shared API (blocking queries carry a wait time).
     async def wait_for(self, index: int, timeout: float) -> int:
@@ -303,3 +326,9 @@ class ReplicatedLog:
         with contextlib.suppress(TimeoutError):
             await self._wait_applied(index + 1, timeout)
         return self._applied
+
+
+def _fail(waiting: list[asyncio.Future[int]]) -> None:
+    for f in waiting:
+        if not f.done():
+            f.set_exception(ApplyError(503, "the log stream is unavailable"))

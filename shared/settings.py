@@ -17,6 +17,13 @@ class SealSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     key: str = ""
 
 
+class ListenerTls(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """PEM files for one HTTPS listener; both empty means plain HTTP."""
+
+    cert_file: str = ""
+    key_file: str = ""
+
+
 class KmsLibrary(msgspec.Struct, kw_only=True):
     name: str
     library: str
@@ -31,6 +38,19 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     nats_tls_ca: str = ""
     nats_tls_cert: str = ""
     nats_tls_key: str = ""
+    # A 0600 JSON file {"user": ..., "password": ...}: preferred over nats_user/nats_password,
+    # so the secret is not in the environment.
+    nats_credentials_file: str = ""
+    # Allow a NATS that admits anonymous clients, and the name-derived cluster key when none
+    # is configured (shared/cluster_identity.py): throwaway clusters only.
+    insecure_bus: bool = False
+    # The secrets cluster identity: the key file (secrets, replication), the pinned public key
+    # (gateway, crypto) and the crypto workers' channel key file (docs/bus-security.md).
+    cluster_key_file: str = ""
+    cluster_public_key: str = ""
+    crypto_key_file: str = ""
+    # The NATS credentials file handed to plugin processes (a user limited to plugin subjects).
+    plugin_nats_credentials_file: str = ""
     # JetStream replica count for buckets and streams: 1 in dev, 3 on a cluster.
     replicas: int = 1
     # Names buckets and streams, so two clusters can share one NATS in tests.
@@ -38,6 +58,10 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     secrets_addr: str = "127.0.0.1:8200"
     workspace_addr: str = "127.0.0.1:8800"
     scheduler_addr: str = "127.0.0.1:4646"
+    # Certificate and key per listener (trellis dev --tls issues them from its own PKI).
+    secrets_tls: ListenerTls = msgspec.field(default_factory=ListenerTls)
+    workspace_tls: ListenerTls = msgspec.field(default_factory=ListenerTls)
+    scheduler_tls: ListenerTls = msgspec.field(default_factory=ListenerTls)
     # The address clients reach the secrets API at (wrapping tokens, DR activation).
     api_addr: str = ""
     # Where the DR primary's replication service listens for secondaries (TLS).
@@ -51,6 +75,13 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     plugin_directory: str = ""
     kms_library: list[KmsLibrary] = []
     concurrency: int = 256
+    # This node's local data dir (Nomad's data_dir): the scheduler keeps its acl-bootstrap-reset
+    # file in <data_dir>/scheduler, the client node its identity and task dirs in <data_dir>/client.
+    data_dir: str = ""
+    # Scheduler ACLs (TRELLIS_SCHEDULER_ACL) and a management token from the configuration
+    # (TRELLIS_SCHEDULER_MANAGEMENT_TOKEN), which counts as the ACL bootstrap.
+    scheduler_acl: bool = False
+    scheduler_management_token: str = ""
 
 
 def _coerce(value: str) -> Any:

@@ -23,7 +23,11 @@ class Subject:
 
 # HTTP APIs: the gateway sends HttpRequest, the owning service answers HttpResponse.
 API_SECRETS = Subject(
-    "api.secrets", "secrets", "HttpRequest", "HttpResponse", "secrets service HTTP API (/v1/...)"
+    "api.secrets",
+    "secrets",
+    "SealedRequest",
+    "SealedReply",
+    "secrets service HTTP API (/v1/...), envelopes sealed end to end (shared/api_session.py)",
 )
 API_WORKSPACE = Subject(
     "api.workspace",
@@ -38,6 +42,17 @@ API_SCHEDULER = Subject(
     "HttpRequest",
     "HttpResponse",
     "job scheduler HTTP API (/v1/jobs, /v1/job/...)",
+)
+
+# The handshake of the gateway's end-to-end encrypted session with the secrets replicas
+# (shared/api_session.py): an ephemeral X25519 key each way, the replica's half signed by the
+# secrets cluster key; API_SECRETS then carries SealedRequest -> SealedReply.
+SECRETS_SESSION = Subject(
+    "api.secrets.session",
+    "secrets",
+    "SessionHello",
+    "SessionAccept",
+    "a gateway opens an encrypted session with the secrets cluster",
 )
 
 # The echo service the benchmarks compare against; served by every secrets replica.
@@ -84,14 +99,25 @@ CRYPTO = Subject(
     "key generation, X.509 and SSH signing, CSR and CRL work",
 )
 
+# Data keys for encryption at rest outside the barrier (workspace states and variables).
+DATA_KEY = Subject(
+    "secrets.datakey",
+    "secrets",
+    "DataKeyRequest",
+    "DataKeyReply",
+    "a named data key from the barrier, sealed to the requester's one-time X25519 key",
+)
+
 ALL: tuple[Subject, ...] = (
     API_SECRETS,
     API_WORKSPACE,
     API_SCHEDULER,
+    SECRETS_SESSION,
     ECHO,
     SEAL_SHARE,
     SEAL_SEALED,
     SEAL_HANDOFF,
     SEAL_CHANGED,
     CRYPTO,
+    DATA_KEY,
 )

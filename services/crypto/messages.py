@@ -14,3 +14,11 @@ class CryptoRequest(msgspec.Struct, kw_only=True):
 
 class CryptoResult(msgspec.Struct, kw_only=True):
     result: Any = None
+
+
+class CryptoReply(msgspec.Struct, kw_only=True):
+    """What travels sealed back to the secrets service: a result or a refusal."""
+
+    result: Any = None
+    error_code: int = 0
+    error_message: str = ""

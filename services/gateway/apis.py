@@ -40,10 +40,12 @@ class ApiSpec:
     format_error: ErrorFormatter
     # Header a client must send when `require_request_header` is set (the secrets API only).
     request_header: tuple[str, ...] = ()
+    # Blocking queries (`?index=&wait=`): the gateway's deadline follows the requested wait.
+    blocking_queries: bool = False
 
 
 SECRETS = ApiSpec(
     "secrets", subjects.API_SECRETS, secrets_error, ("x-svc-request", "x-vault-request")
 )
 WORKSPACE = ApiSpec("workspace", subjects.API_WORKSPACE, jsonapi_error)
-SCHEDULER = ApiSpec("scheduler", subjects.API_SCHEDULER, plain_error)
+SCHEDULER = ApiSpec("scheduler", subjects.API_SCHEDULER, plain_error, blocking_queries=True)

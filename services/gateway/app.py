@@ -13,6 +13,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.gateway import metrics
 from services.gateway.apis import ApiSpec
+from services.gateway.deadline import request_deadline
+from services.gateway.readiness import ServiceProbe
+from services.gateway.secure import Channel, secrets_channel
 from shared.bus import Bus
 from shared.errors import NoResponders, ServiceError
 from shared.messages import HttpRequest, HttpResponse
@@ -41,14 +44,24 @@ def _error(api: ApiSpec, status: int, message: str, request_id: str) -> web.Resp
 
 
 async def forward(
-    bus: Bus, subject: str, env: HttpRequest, timeout: float, api: str
+    bus: Bus,
+    subject: str,
+    env: HttpRequest,
+    timeout: float,
+    api: str,
+    channel: Channel | None = None,
 ) -> HttpResponse:
-    """Send the envelope; re-send while nobody is listening (it was never delivered, so this is
-    safe even for writes), up to NO_RESPONDER_GRACE."""
+    """Send the envelope (through `channel`, sealed end to end, where one is given); re-send
+    while nobody is listening (it was never delivered, so this is safe even for writes), up to
+    NO_RESPONDER_GRACE."""
     deadline = time.monotonic() + NO_RESPONDER_GRACE
     delay = 0.05
     while True:
         try:
+            if channel is not None:
+                return await channel.call(
+                    env, timeout=timeout, request_id=env.request_id, caller="gateway"
+                )
             return await bus.request(
                 subject,
                 env,
@@ -70,6 +83,8 @@ def create_app(
 ) -> web.Application:
     subject = api.subject.on(settings.cluster_name)
     echo_subject = ECHO.on(settings.cluster_name)
+    # The secrets API never crosses the bus in the clear (docs/bus-security.md).
+    channel = secrets_channel(bus, settings) if api.name == "secrets" else None
     limit = settings.max_request_bytes
 
     @web.middleware
@@ -110,9 +125,23 @@ def create_app(
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
+    async def probe_send(env: HttpRequest, timeout: float) -> HttpResponse:
+        # No NO_RESPONDER_GRACE retries: a probe reports what it finds now.
+        if channel is not None:
+            return await channel.call(env, timeout=timeout, request_id="readyz", caller="gateway")
+        return await bus.request(
+            subject, env, HttpResponse, timeout=timeout, request_id="readyz", caller="gateway"
+        )
+
+    probe = ServiceProbe(api.name, probe_send)
+
     async def readyz(_: web.Request) -> web.Response:
-        ok = ready.get("ready", False) and bus.nc.is_connected
-        return web.json_response({"ready": ok}, status=200 if ok else 503)
+        """Ready when this gateway serves and the service behind this listener answers."""
+        serving = ready.get("ready", False) and bus.nc.is_connected
+        service = await probe.check() if serving else {"name": api.name, "ready": False}
+        ok = serving and bool(service["ready"])
+        body = {"ready": ok, "gateway": serving, "service": service}
+        return web.json_response(body, status=200 if ok else 503)
 
     async def prometheus(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -157,13 +186,14 @@ def create_app(
             remote_addr=request.remote or "",
             request_id=rid,
         )
+        timeout = request_deadline(request.query, settings.request_timeout, api.blocking_queries)
         try:
-            reply = await forward(bus, subject, env, settings.request_timeout, api.name)
+            reply = await forward(bus, subject, env, timeout, api.name, channel)
         except ServiceError as exc:
             if exc.code == 503:
                 msg = f"the {api.name} service is not available: no replica answered"
             elif exc.code == 504:
-                msg = f"the {api.name} service did not answer within {settings.request_timeout:g}s"
+                msg = f"the {api.name} service did not answer within {timeout:g}s"
             else:
                 msg = exc.message
             return _error(api, exc.code, msg, rid)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import resource
 
 import structlog
 from aiohttp import web
@@ -10,10 +11,26 @@ from aiohttp import web
 from services.gateway.any_method import runner_for
 from services.gateway.apis import SCHEDULER, SECRETS, WORKSPACE
 from services.gateway.app import create_app
+from services.gateway.tls import server_context
 from shared.bus import Bus
 from shared.settings import Settings
 
 log = structlog.get_logger("gateway")
+
+
+# Connections waiting to be accepted: a burst of clients (10,000 blocking queries opened
+# together) must not overflow the default of 128 into SYN retries of a second or more.
+BACKLOG = 4096
+
+
+def raise_open_files() -> int:
+    """Every held connection (a blocking query waits up to 10 minutes) is a descriptor: lift the
+    soft limit to the hard one. Returns the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def split_addr(addr: str) -> tuple[str, int]:
@@ -38,22 +55,35 @@ class Gateway:
         return self.state["ready"]
 
     async def start(self) -> None:
+        log.info("open file limit", nofile=raise_open_files())
         for api, addr in (
             (SECRETS, self.settings.secrets_addr),
             (WORKSPACE, self.settings.workspace_addr),
             (SCHEDULER, self.settings.scheduler_addr),
         ):
             app = create_app(api, self.bus, self.settings, self.state)
-            runner = runner_for(app, api is SECRETS, access_log=None, shutdown_timeout=20)
+            # A blocking query whose client went away stops waiting at once instead of holding
+            # its connection's memory until its wait (up to 10 minutes) runs out.
+            runner = runner_for(
+                app,
+                api,
+                access_log=None,
+                shutdown_timeout=20,
+                handler_cancellation=api.blocking_queries,
+            )
             await runner.setup()
             host, port = split_addr(addr)
-            site = web.TCPSite(runner, host, port, reuse_address=True)
+            ssl_ctx = server_context(getattr(self.settings, f"{api.name}_tls"), api.name)
+            site = web.TCPSite(
+                runner, host, port, reuse_address=True, backlog=BACKLOG, ssl_context=ssl_ctx
+            )
             await site.start()
             self.runners.append(runner)
             # Port 0 picks a free port: report the real one.
             sock = site._server.sockets[0]  # type: ignore[union-attr]
             real_host, real_port = sock.getsockname()[:2]
-            self.addresses[api.name] = f"http://{real_host}:{real_port}"
+            scheme = "https" if ssl_ctx else "http"
+            self.addresses[api.name] = f"{scheme}://{real_host}:{real_port}"
             log.info("listening", api=api.name, addr=self.addresses[api.name])
         self.state["ready"] = True
 

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import structlog
 
 from services.replication.commands import DR_CONTROL, DrReply
@@ -17,8 +18,8 @@ from services.replication.state import (
     DrState,
     StateStore,
     bucket_for,
-    decode_state,
 )
+from shared.control import ControlBox, Rejected
 from shared.errors import NoResponders, ServiceError
 
 if TYPE_CHECKING:
@@ -38,8 +39,13 @@ class DrLink:
 
     async def start(self) -> None:
         settings = self.core.settings
+        key = self.core.seal.identity.state_key
+        assert key is not None  # the secrets service holds the whole cluster identity
         self.store = await StateStore.open(
-            self.core.bus.nc.jetstream(), bucket_for(settings, "dr"), replicas=settings.replicas
+            self.core.bus.nc.jetstream(),
+            bucket_for(settings, "dr"),
+            key,
+            replicas=settings.replicas,
         )
         self.state = await self.store.load()
         self.core.dr_mode = self.state.mode
@@ -60,7 +66,12 @@ class DrLink:
                 try:
                     async for entry in watcher:
                         if entry is not None and entry.value:
-                            await self._changed(decode_state(entry.value))
+                            try:
+                                state = self.store.decode_state(entry.value)
+                            except ServiceError as exc:  # forged on the bus: never obeyed
+                                log.warning("DR state refused", reason=exc.message)
+                                continue
+                            await self._changed(state)
                 finally:
                     with contextlib.suppress(Exception):
                         await watcher.stop()
@@ -84,12 +95,23 @@ class DrLink:
 
     async def request(self, cmd: Any, wait: float = COMMAND_TIMEOUT) -> DrReply:
         subject = DR_CONTROL.on(self.core.settings.cluster_name)
+        # Commands carry operation tokens and key shares: sealed for the replication service,
+        # which obeys only a box from a secrets replica; the reply is sealed back to us.
+        box = self.core.seal.box
+        request = box.seal(subject, msgspec.msgpack.encode(cmd))
         try:
-            return await self.core.bus.request(subject, cmd, DrReply, timeout=wait)
+            sealed = await self.core.bus.request(subject, request, bytes, timeout=wait)
         except NoResponders:
             raise ServiceError(
                 503, "the replication service is not running on this cluster"
             ) from None
+        except msgspec.DecodeError:
+            raise ServiceError(502, "the DR reply was not sealed by this cluster") from None
+        try:
+            plain = box.open(ControlBox.reply_context(subject, request), sealed)
+        except Rejected:
+            raise ServiceError(502, "the DR reply was not sealed by this cluster") from None
+        return msgspec.msgpack.decode(plain, type=DrReply)
 
 
 def link_of(core: Core) -> DrLink:

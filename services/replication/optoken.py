@@ -32,7 +32,8 @@ SealReader = Callable[[], Awaitable[tuple[SealConfig | None, bytes | None]]]
 
 
 def token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+    # The exact bytes: a lone surrogate from a JSON body hashes (and fails), never raises.
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def is_valid(token: str, hashes: list[str]) -> bool:
@@ -116,7 +117,9 @@ class OperationTokens:
             raise ServiceError(400, "no operation token generation is in progress")
         if not key:
             raise ServiceError(400, "'key' must be given: one of the primary's unseal key shares")
-        if not hmac.compare_digest(nonce.encode(), a.nonce.encode()):
+        if not hmac.compare_digest(
+            nonce.encode("utf-8", "surrogatepass"), a.nonce.encode("utf-8", "surrogatepass")
+        ):
             raise ServiceError(400, "the nonce does not match the attempt in progress")
         config, root_blob = await self._config()
         share = decode_share(key)

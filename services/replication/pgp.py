@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import os
 import shutil
 import tempfile
 
@@ -41,6 +42,8 @@ async def _gpg(home: str, args: list[str], stdin: bytes) -> bytes:
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        # gpg needs nothing of the service's environment (its NATS credentials included).
+        env={"PATH": os.defpath, "GNUPGHOME": home, "LC_ALL": "C"},
     )
     out, _ = await asyncio.wait_for(proc.communicate(stdin), 30)
     if proc.returncode != 0:

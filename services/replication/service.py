@@ -49,6 +49,9 @@ from services.secrets.core.seal import ROOT_KEY, SEAL_CONFIG, SealConfig, SealNo
 from services.secrets.core.wrapping import rfc3339
 from shared import subjects
 from shared.bus import Bus, CallContext
+from shared.cluster_identity import load_identity
+from shared.control import REPLICA, ControlBox
+from shared.control import Rejected as BoxRejected
 from shared.errors import ServiceError
 from shared.settings import Settings
 from shared.storage import JetStreamStorage
@@ -75,6 +78,13 @@ class ReplicationService:
         self._lock = asyncio.Lock()
         self._ready = False
         self._flusher: asyncio.Task[None] | None = None
+        # The replication service acts for the secrets cluster: it holds the cluster key.
+        identity = load_identity(settings)
+        if identity.replica_key is None:
+            raise ServiceError(500, "the replication service needs the cluster key")
+        self.box = ControlBox(identity.replica_key, REPLICA)
+        assert identity.state_key is not None
+        self.state_key = identity.state_key
 
     @property
     def ready(self) -> bool:
@@ -86,7 +96,7 @@ class ReplicationService:
         replicas = self.settings.replicas
         self.storage = await JetStreamStorage.open(self.js, self.bucket, replicas=replicas)
         self.store = await StateStore.open(
-            self.js, bucket_for(self.settings, "dr"), replicas=replicas
+            self.js, bucket_for(self.settings, "dr"), self.state_key, replicas=replicas
         )
         self.state = await self.store.load()
         if not self.state.node_id:
@@ -105,8 +115,8 @@ class ReplicationService:
         self._flusher = asyncio.create_task(self._flush_progress())
         await self.bus.serve(
             c.DR_CONTROL.on(self.settings.cluster_name),
-            self._on_command,
-            c.DrCommand,
+            self._on_sealed_command,
+            bytes,
             queue=c.DR_CONTROL.queue,
             concurrency=16,
         )
@@ -161,12 +171,25 @@ class ReplicationService:
 
     async def _seal_secrets(self) -> None:
         """Seal every secrets replica at once (they also see the mode change, a moment later)."""
-        await self.bus.publish(
-            subjects.SEAL_SEALED.on(self.settings.cluster_name), SealNotice(origin="replication")
-        )
+        subject = subjects.SEAL_SEALED.on(self.settings.cluster_name)
+        notice = msgspec.msgpack.encode(SealNotice(origin="replication"))
+        await self.bus.publish(subject, self.box.seal(subject, notice))
         await self.bus.nc.flush()
 
     # ---- commands -------------------------------------------------------------------------
+    async def _on_sealed_command(self, request: bytes, ctx: CallContext) -> bytes:
+        """Obey only commands a secrets replica sealed; seal the reply back to it."""
+        subject = c.DR_CONTROL.on(self.settings.cluster_name)
+        try:
+            cmd = msgspec.msgpack.decode(self.box.open(subject, request), type=c.DrCommand)
+        except (BoxRejected, msgspec.DecodeError) as exc:
+            log.warning("DR command refused", reason=str(exc))
+            raise ServiceError(403, "DR commands are accepted from secrets replicas only") from None
+        reply = await self._on_command(cmd, ctx)
+        return self.box.seal(
+            ControlBox.reply_context(subject, request), msgspec.msgpack.encode(reply)
+        )
+
     async def _on_command(self, cmd: Any, _ctx: CallContext) -> c.DrReply:
         if isinstance(cmd, c.Status):
             return c.DrReply(data=await self.status())

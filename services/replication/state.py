@@ -2,19 +2,25 @@
 never wiped, never in the Merkle index (each cluster has its own).
 
 The channel credentials stored here (the primary's TLS key, a secondary's channel secret) give
-access to barrier ciphertext only, which anyone who can read this cluster's JetStream already
-has; nothing in this bucket opens the barrier.
+access to barrier ciphertext only; nothing in this bucket opens the barrier. Entries are sealed
+under the cluster's state key all the same (StateStore): the mode in them commands the secrets
+replicas, so a NATS user must not be able to write one.
 """
 
 from __future__ import annotations
 
+import os
+
 import msgspec
 import nats.js.errors
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from services.replication.modes import DISABLED
+from shared.errors import ServiceError
 from shared.settings import Settings
 
 STATE_KEY = "state"
@@ -80,12 +86,43 @@ class Progress(msgspec.Struct, kw_only=True):
 _enc = msgspec.json.Encoder()
 
 
+class TamperedState(ServiceError):
+    def __init__(self, key: str) -> None:
+        super().__init__(500, f"the DR {key} entry is not sealed by this cluster; refusing it")
+
+
 class StateStore:
-    def __init__(self, kv: KeyValue) -> None:
+    """The bucket's entries are sealed (AES-GCM under the cluster's state key, bound to the
+    bucket and key): whoever may write this bucket on NATS cannot forge a DR mode that the
+    secrets replicas would obey (a `secondary` seals them), nor read the TLS key in it."""
+
+    def __init__(self, kv: KeyValue, key: bytes) -> None:
         self.kv = kv
+        self._aead = AESGCM(key)
+        self._bucket = kv._name.encode()  # binds an entry to its cluster's bucket
+
+    def _aad(self, name: str) -> bytes:
+        return b"trellis dr state\x00" + self._bucket + b"\x00" + name.encode()
+
+    def seal(self, name: str, plain: bytes) -> bytes:
+        nonce = os.urandom(12)
+        return nonce + self._aead.encrypt(nonce, plain, self._aad(name))
+
+    def open_entry(self, name: str, raw: bytes) -> bytes:
+        try:
+            return self._aead.decrypt(raw[:12], raw[12:], self._aad(name))
+        except (InvalidTag, ValueError):
+            raise TamperedState(name) from None
+
+    def decode_state(self, raw: bytes | None) -> DrState:
+        if not raw:
+            return DrState()
+        return msgspec.json.decode(self.open_entry(STATE_KEY, raw), type=DrState)
 
     @classmethod
-    async def open(cls, js: JetStreamContext, bucket: str, *, replicas: int = 1) -> StateStore:
+    async def open(
+        cls, js: JetStreamContext, bucket: str, key: bytes, *, replicas: int = 1
+    ) -> StateStore:
         try:
             kv = await js.key_value(bucket)
         except nats.js.errors.BucketNotFoundError:
@@ -97,7 +134,7 @@ class StateStore:
                 )
             except nats.js.errors.BadRequestError:
                 kv = await js.key_value(bucket)
-        return cls(kv)
+        return cls(kv, key)
 
     async def _get(self, key: str) -> bytes | None:
         try:
@@ -107,24 +144,21 @@ class StateStore:
         return entry.value or None
 
     async def load(self) -> DrState:
-        raw = await self._get(STATE_KEY)
-        return DrState() if raw is None else msgspec.json.decode(raw, type=DrState)
+        return self.decode_state(await self._get(STATE_KEY))
 
     async def save(self, state: DrState) -> None:
-        await self.kv.put(STATE_KEY, _enc.encode(state))
+        await self.kv.put(STATE_KEY, self.seal(STATE_KEY, _enc.encode(state)))
 
     async def load_progress(self) -> Progress:
         raw = await self._get(PROGRESS_KEY)
-        return Progress() if raw is None else msgspec.json.decode(raw, type=Progress)
+        if raw is None:
+            return Progress()
+        return msgspec.json.decode(self.open_entry(PROGRESS_KEY, raw), type=Progress)
 
     async def save_progress(self, progress: Progress) -> None:
-        await self.kv.put(PROGRESS_KEY, _enc.encode(progress))
+        await self.kv.put(PROGRESS_KEY, self.seal(PROGRESS_KEY, _enc.encode(progress)))
 
 
 def bucket_for(settings: Settings, suffix: str) -> str:
     """Bucket names as the secrets service makes them (`<cluster>-secrets`, `<cluster>-dr`)."""
     return f"{settings.cluster_name}-{suffix}".replace(".", "-")
-
-
-def decode_state(raw: bytes | None) -> DrState:
-    return DrState() if not raw else msgspec.json.decode(raw, type=DrState)

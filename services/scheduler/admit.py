@@ -117,6 +117,10 @@ def _validate_group(job: dict[str, Any], tg: dict[str, Any]) -> list[str]:
     tasks = tg.get("Tasks") or []
     if not tasks:
         errs.append("Missing tasks for task group")
+    disk = tg.get("EphemeralDisk")
+    size = disk.get("SizeMB") if isinstance(disk, dict) else None
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
+        errs.append("EphemeralDisk.SizeMB must be an integer")
     errs += _validate_update(tg.get("Update"))
     seen: dict[str, int] = {}
     for i, task in enumerate(tasks):
@@ -133,7 +137,14 @@ def _validate_group(job: dict[str, Any], tg: dict[str, Any]) -> list[str]:
         if "/" in name:
             terrs.append(f"Task name '{name}' cannot contain slash")
         res = task.get("Resources") or {}
-        if isinstance(res.get("MemoryMB"), int) and res["MemoryMB"] < 10:
+        # Go decodes these into ints: anything else is refused at the door, not in placement.
+        for key in ("CPU", "Cores", "MemoryMB", "MemoryMaxMB", "DiskMB"):
+            v = res.get(key) if isinstance(res, dict) else None
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+                terrs.append(f"Resources.{key} must be an integer, got {type(v).__name__}")
+        if not isinstance(res, dict):
+            terrs.append("Resources must be an object")
+        elif isinstance(res.get("MemoryMB"), int) and res["MemoryMB"] < 10:
             terrs.append(f"minimum MemoryMB value is 10; got {res['MemoryMB']}")
         if terrs:
             errs.append(f"Task {name} validation failed: {multierror(terrs)}")

@@ -1,18 +1,22 @@
 """Client-node RPCs served by every replica: register nodes, long-poll their allocations,
-accept their allocation status updates."""
+accept their allocation status updates. Every RPC is authenticated by the node secrets it
+carries (services/scheduler/nodeauth.py); a forged one is refused and changes nothing."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import msgspec
+import structlog
 
-from services.scheduler import wire
+from services.scheduler import nodeauth, wire
 from services.scheduler.heartbeat import HeartbeatTracker
 from services.scheduler.state.fsm import SchedulerFSM
 from shared.bus import CallContext
 from shared.errors import ServiceError
 from shared.replog import ApplyError, ReplicatedLog
+
+log = structlog.get_logger("scheduler.rpc")
 
 MAX_ALLOCS_PER_REPLY = 2000
 
@@ -49,16 +53,41 @@ class ClientRpc:
             raise ServiceError(exc.code, exc.message) from None
         return index
 
+    def _authenticate(self, node_ids: Any, secrets: dict[str, str]) -> None:
+        bad = nodeauth.refused(self.fsm.t.nodes, node_ids, secrets)
+        if bad:
+            log.warning("client RPC refused: node secret missing or wrong", nodes=len(bad))
+            raise ServiceError(403, nodeauth.PERMISSION_DENIED)
+
     async def register(self, req: wire.NodeRegister, _: CallContext) -> wire.NodeRegistered:
+        nodes = []
         for n in req.nodes:
             if not isinstance(n.get("ID"), str) or not n["ID"]:
                 raise ServiceError(400, "missing node ID")
-        self.heartbeats.seen([n["ID"] for n in req.nodes])
-        index = await self._append("node.register", {"nodes": req.nodes})
+            secret = n.get("SecretID")
+            if not nodeauth.valid_secret(secret):
+                raise ServiceError(
+                    400, f"node SecretID missing or shorter than {nodeauth.MIN_SECRET_LEN}"
+                )
+            # Internal fields are the scheduler's own; only the secret's hash is kept.
+            rec = {k: v for k, v in n.items() if k != "SecretID" and not k.startswith("_")}
+            rec[nodeauth.HASH_FIELD] = nodeauth.secret_hash(secret)
+            if not nodeauth.may_register(self.fsm.t.nodes.get(n["ID"]), rec[nodeauth.HASH_FIELD]):
+                raise ServiceError(403, nodeauth.REGISTER_MISMATCH)
+            nodes.append(rec)
+        index = await self._append("node.register", {"nodes": nodes})  # apply checks again
+        self.heartbeats.seen([n["ID"] for n in nodes])
         return wire.NodeRegistered(index=index, heartbeat_ttl=self.heartbeats.ttl)
 
     async def heartbeat(self, req: wire.Heartbeat, _: CallContext) -> None:
-        self.heartbeats.seen(req.node_ids)
+        # No reply to refuse with: only nodes whose secret matches count as seen.
+        nodes = self.fsm.t.nodes
+        ok = [n for n in req.node_ids if nodeauth.matches(nodes.get(n), req.secrets.get(n))]
+        if len(ok) != len(req.node_ids):
+            log.warning(
+                "heartbeat ignored: node secret missing or wrong", nodes=len(req.node_ids) - len(ok)
+            )
+        self.heartbeats.seen(ok)
 
     def _changed(self, node_ids: list[str], index: int) -> tuple[int, list[dict[str, Any]]]:
         t = self.fsm.t
@@ -79,6 +108,7 @@ class ClientRpc:
 
     async def allocs(self, req: wire.NodeAllocs, _: CallContext) -> wire.NodeAllocsReply:
         await self.replog.barrier()
+        self._authenticate(req.node_ids, req.secrets)
         new_index, changed = self._changed(req.node_ids, req.index)
         if not changed and req.wait > 0:
             import time
@@ -107,6 +137,9 @@ class ClientRpc:
                     "Group": tg,
                     "JobType": job.get("Type", ""),
                     "Meta": job.get("Meta") or {},
+                    "JobName": job.get("Name", ""),
+                    "ParentID": job.get("ParentID", ""),
+                    "Region": job.get("Region", "global"),
                 }
             slim.append({k: a.get(k) for k in _CLIENT_FIELDS})
         return wire.NodeAllocsReply(index=max(new_index, req.index), allocs=slim, groups=groups)
@@ -114,5 +147,13 @@ class ClientRpc:
     async def update(self, req: wire.AllocUpdate, _: CallContext) -> wire.Ok:
         if not req.updates:
             return wire.Ok(index=self.replog.applied_index)
-        index = await self._append("alloc.client_update", {"updates": req.updates})
+        for u in req.updates:
+            if not isinstance(u, dict) or not isinstance(u.get("ID"), str):
+                raise ServiceError(400, "each allocation update needs an ID")
+        if not req.secrets:
+            raise ServiceError(403, nodeauth.PERMISSION_DENIED)
+        self._authenticate(req.secrets.keys(), req.secrets)
+        # Apply takes updates only for allocations on the nodes authenticated here.
+        payload = {"updates": req.updates, "node_ids": sorted(req.secrets)}
+        index = await self._append("alloc.client_update", payload)
         return wire.Ok(index=index)

@@ -58,7 +58,10 @@ class SchedulerService:
         self.bus = bus
         self.settings = settings
         self.cluster = settings.cluster_name
-        self.replica_id = f"{bus.name}-{uuid.uuid4().hex[:8]}"
+        # Under `trellis dev`/`server` the supervisor names each child slot (one process at a
+        # time): a restarted replica is the same lease holder and leads again at once.
+        instance = os.environ.get("TRELLIS_INSTANCE_ID", "")
+        self.replica_id = instance or f"{bus.name}-{uuid.uuid4().hex[:8]}"
         self.fsm = SchedulerFSM()
         self.replog: ReplicatedLog | None = None
         self.lease: LeaderLease | None = None
@@ -69,13 +72,20 @@ class SchedulerService:
         self.n_workers = workers
         self.workers: list[Worker] = []
         self.acl_enabled = (
-            _env_flag("TRELLIS_SCHEDULER_ACL") if acl_enabled is None else acl_enabled
+            (settings.scheduler_acl or _env_flag("TRELLIS_SCHEDULER_ACL"))
+            if acl_enabled is None
+            else acl_enabled
         )
         self.management_token = (
-            os.environ.get("TRELLIS_SCHEDULER_MANAGEMENT_TOKEN", "")
+            (
+                settings.scheduler_management_token
+                or os.environ.get("TRELLIS_SCHEDULER_MANAGEMENT_TOKEN", "")
+            )
             if management_token is None
             else management_token
         )
+        # The server's data dir: where an operator writes acl-bootstrap-reset.
+        self.server_dir = os.path.join(settings.data_dir, "scheduler") if settings.data_dir else ""
         self._leader_subs: list[Any] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self.ready = False
@@ -101,14 +111,20 @@ class SchedulerService:
         await self.replog.start()
         self.heartbeats = HeartbeatTracker(self.fsm, self.replog, self.heartbeat_ttl)
         self.fsm.on_pending.append(self._on_pending)
+        if self.server_dir:
+            os.makedirs(self.server_dir, mode=0o700, exist_ok=True)
         ctx = ApiContext(
             self.fsm,
             self.replog,
             acl_enabled=self.acl_enabled,
             management_token=self.management_token,
             advertise=self.settings.scheduler_addr,
+            server_dir=self.server_dir,
         )
         self.router = Router(ctx)
+        # A configured management token is the bootstrap (acl_bootstrap.py); record it now so
+        # that an anonymous POST /v1/acl/bootstrap never finds the cluster unbootstrapped.
+        await ctx.record_configured_bootstrap()
         rpc = ClientRpc(self.fsm, self.replog, self.heartbeats)
         c = self.cluster
         await self.bus.serve(

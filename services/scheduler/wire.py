@@ -48,8 +48,12 @@ class Ok(msgspec.Struct, kw_only=True):
     index: int = 0
 
 
+# Every client RPC names its nodes with their node secrets (node ID -> SecretID); the scheduler
+# refuses a request in which any node's secret is missing or wrong.
+
+
 class NodeRegister(msgspec.Struct, kw_only=True):
-    nodes: list[dict[str, Any]]
+    nodes: list[dict[str, Any]]  # each carries its "SecretID", stored only as a hash
 
 
 class NodeRegistered(msgspec.Struct, kw_only=True):
@@ -59,12 +63,14 @@ class NodeRegistered(msgspec.Struct, kw_only=True):
 
 class Heartbeat(msgspec.Struct, kw_only=True):
     node_ids: list[str]
+    secrets: dict[str, str] = {}
 
 
 class NodeAllocs(msgspec.Struct, kw_only=True):
     node_ids: list[str]
     index: int = 0
     wait: float = 30.0
+    secrets: dict[str, str] = {}
 
 
 class NodeAllocsReply(msgspec.Struct, kw_only=True):
@@ -76,3 +82,4 @@ class NodeAllocsReply(msgspec.Struct, kw_only=True):
 
 class AllocUpdate(msgspec.Struct, kw_only=True):
     updates: list[dict[str, Any]]
+    secrets: dict[str, str] = {}  # the nodes the updated allocations run on

@@ -247,6 +247,18 @@ class ACL:
             return {"deny"}
         return set(rule.capabilities)
 
+    def grants_under(self, prefix: str) -> bool:
+        """Whether any rule at or below `prefix` grants something (Vault's hasMountAccess: the
+        UI and the CLI may learn a mount exists only if the token can do something in it)."""
+        if self.is_root or "deny" not in self.capabilities(prefix):
+            return True
+        rules = [*self._exact.values(), *self._prefix.values()]
+        rules += [seg.rule for segs in self._segment_rules.values() for seg in segs]
+        return any(
+            _reaches_below(r.pattern, prefix) and "deny" not in r.capabilities and r.capabilities
+            for r in rules
+        )
+
     def allows(self, path: str, capability: str) -> bool:
         """Whether `capability` is granted on `path` (parameters are not considered)."""
         if self.is_root:
@@ -324,6 +336,20 @@ class ACL:
                 if best is None or key > best[0]:
                     best = (key, seg.rule)
         return best[1] if best else None
+
+
+def _reaches_below(pattern: str, prefix: str) -> bool:
+    """Whether a rule's pattern can match some path at or below `prefix` (segment by segment:
+    `+` matches any one segment, a trailing `*` any rest)."""
+    rule = pattern.split("/")
+    for i, seg in enumerate(prefix.rstrip("/").split("/")):
+        if i >= len(rule):
+            return False
+        if rule[i].endswith("*"):
+            return seg.startswith(rule[i][:-1])
+        if rule[i] not in ("+", seg):
+            return False
+    return True
 
 
 class _Merge:

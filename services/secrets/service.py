@@ -10,10 +10,13 @@ from typing import TypeVar
 import nats.errors
 import structlog
 
+from services.secrets.core import datakeys
 from services.secrets.core.core import Core
 from services.secrets.core.dispatch import handle_http
 from shared import subjects
+from shared.api_session import SealedRequest, SessionHello, SessionServer
 from shared.bus import Bus, CallContext
+from shared.cluster_identity import load_identity
 from shared.leader import LeaderLease
 from shared.messages import HttpRequest, HttpResponse
 from shared.settings import Settings
@@ -78,10 +81,20 @@ class SecretsService:
             return HttpResponse(status=200, body=b'{"echo":true}')
 
         cluster = self.settings.cluster_name
+        # The API travels sealed end to end with the gateway (shared/api_session.py): a
+        # handshake subject, and the API subject that takes only sealed envelopes.
+        sessions = SessionServer(load_identity(self.settings), cluster)
+        await self.bus.serve(
+            subjects.SECRETS_SESSION.on(cluster),
+            sessions.handshake,
+            SessionHello,
+            queue=subjects.SECRETS_SESSION.queue,
+            concurrency=self.settings.concurrency,
+        )
         await self.bus.serve(
             subjects.API_SECRETS.on(cluster),
-            on_http,
-            HttpRequest,
+            sessions.serve(on_http),
+            SealedRequest,
             queue=subjects.API_SECRETS.queue,
             concurrency=self.settings.concurrency,
         )
@@ -92,6 +105,7 @@ class SecretsService:
             queue=subjects.ECHO.queue,
             concurrency=self.settings.concurrency,
         )
+        await datakeys.serve(core)
         self._ready = True
 
     def _is_leader(self) -> bool:

@@ -10,10 +10,12 @@ from typing import Any, Protocol
 import msgspec
 
 from services.workspace import permissions as perms
+from services.workspace.blobs import BlobStore
 from services.workspace.jsonapi import ApiError, not_found
 from services.workspace.model import Organization, Workspace
 from services.workspace.permissions import Caller, OrgAccess
 from services.workspace.query import Page
+from services.workspace.sealing import Keys
 from services.workspace.state import WorkspaceState
 from shared.messages import HttpRequest
 from shared.replog import ApplyError
@@ -23,6 +25,7 @@ _enc = msgspec.msgpack.Encoder()
 
 class Log(Protocol):
     async def append(self, type: str, payload: bytes) -> tuple[int, Any]: ...
+    async def barrier(self) -> int: ...
 
 
 @dataclass
@@ -34,6 +37,21 @@ class Req:
     log: Log
     caller: Caller | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Encryption at rest (states, outputs, variables) and the store of sealed state files.
+    keys: Keys | None = None
+    blobs: BlobStore | None = None
+
+    @property
+    def key_store(self) -> Keys:
+        if self.keys is None:
+            raise ApiError(503, "this replica has no access to encryption keys")
+        return self.keys
+
+    @property
+    def blob_store(self) -> BlobStore:
+        if self.blobs is None:
+            raise ApiError(503, "this replica has no state store")
+        return self.blobs
 
     @property
     def who(self) -> Caller:

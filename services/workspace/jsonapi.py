@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 
+from shared import jsonbody
 from shared.messages import HttpResponse
 
 MEDIA_TYPE = "application/vnd.api+json"
@@ -29,7 +30,6 @@ TITLES = {
 }
 
 _json = msgspec.json.Encoder()
-_any = msgspec.json.Decoder()
 
 
 class ApiError(Exception):
@@ -98,9 +98,10 @@ def decode_body(body: bytes) -> Any:
     if not body.strip():
         raise ApiError(422, "request body is empty; a JSON:API document is required")
     try:
-        return _any.decode(body)
-    except msgspec.DecodeError as exc:
-        raise ApiError(422, f"malformed JSON: {exc}") from None
+        # The shared policy; TFC answers a malformed body with 422 like any invalid one.
+        return jsonbody.decode(body)
+    except jsonbody.BodyError as exc:
+        raise ApiError(422, f"malformed JSON: {exc.detail}") from None
 
 
 def data_object(body: bytes, type_: str) -> dict[str, Any]:

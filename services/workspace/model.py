@@ -79,6 +79,7 @@ class Workspace(msgspec.Struct, kw_only=True):
     lock_reason: str = ""
     tag_ids: list[str] = []  # insertion order, as clients expect
     consumer_ids: list[str] = []
+    current_state_version_id: str | None = None
 
 
 class Tag(msgspec.Struct, kw_only=True):
@@ -188,7 +189,7 @@ class TeamAccess(msgspec.Struct, kw_only=True):
 
 class Token(msgspec.Struct, kw_only=True):
     id: str
-    kind: str  # user | team | organization
+    kind: str  # user | team | organization | run (owner: the run's workspace; description: run id)
     owner_id: str  # user, team or organization (external) id
     digest: str  # SHA-256 of the secret: the secret itself never enters the log
     created_at: float
@@ -204,3 +205,67 @@ class VcsInstallation(msgspec.Struct, kw_only=True):
     icon_url: str = ""
     installation_type: str = "User"
     installation_url: str = ""
+
+
+class StateOutput(msgspec.Struct, kw_only=True):
+    """One output of a state version. The value itself is sealed with the state's data key
+    (`StateVersion.sealed_values`); only the name, type and sensitivity are kept in clear."""
+
+    id: str
+    name: str
+    sensitive: bool = False
+    type_json: bytes = b'"string"'  # the output's type as Terraform writes it (JSON)
+
+
+class StateVersion(msgspec.Struct, kw_only=True):
+    id: str
+    workspace_id: str
+    created_at: float
+    serial: int
+    lineage: str
+    md5: str
+    status: str  # pending (waiting for the upload) | finalized
+    # SHA-256 of the capability in the upload URL; cleared once the state is uploaded.
+    upload_digest: str = ""
+    size: int = 0
+    state_format: int = 4  # the state file's "version"
+    terraform_version: str = ""
+    resources_processed: bool = True
+    resource_count: int = 0
+    outputs: list[StateOutput] = []
+    resources_json: bytes = b"[]"  # the per-resource summary (names and counts, no values)
+    sealed_values: bytes = b""  # AES-GCM: msgpack {output id: JSON value}
+    # Large output values live in the blob store (`<id>.outputs`), not in the log.
+    values_in_blob: bool = False
+    created_by: tuple[str, str] | None = None
+    run_id: str | None = None
+
+
+class Variable(msgspec.Struct, kw_only=True):
+    id: str
+    key: str
+    category: str  # terraform | env
+    created_at: float
+    # Exactly one owner: a workspace or a variable set.
+    workspace_id: str | None = None
+    varset_id: str | None = None
+    description: str | None = None
+    hcl: bool = False
+    sensitive: bool = False
+    # Values are sealed with the variables' data key: sensitive ones are never shown again,
+    # and none sits in the log or a snapshot in clear.
+    sealed_value: bytes = b""
+    version_id: str = ""
+
+
+class VariableSet(msgspec.Struct, kw_only=True):
+    id: str
+    org_id: str
+    name: str
+    created_at: float
+    updated_at: float
+    description: str | None = None
+    is_global: bool = False
+    priority: bool = False
+    workspace_ids: list[str] = []
+    project_ids: list[str] = []

@@ -478,6 +478,9 @@ def _paths() -> dict[str, Any]:
         },
         "/policy-sets/{id}": {"parameters": [id_], "get": _op("showPolicySet", "show a set")},
     }
+    from services.workspace import openapi_state  # it builds on the helpers above
+
+    p.update(openapi_state.paths())
     return {"/api/v2" + path: item for path, item in p.items()}
 
 
@@ -488,7 +491,7 @@ def document() -> dict[str, Any]:
             "title": "Trellis workspace API",
             "version": "2",
             "description": "HCP Terraform-style JSON:API for organizations, projects, "
-            "workspaces, teams, tags and policies. Authenticate with "
+            "workspaces, teams, tags, policies, state versions and variables. Authenticate with "
             "`Authorization: Bearer <token>`.",
         },
         "paths": _paths(),

@@ -23,10 +23,15 @@ class Caller:
     team_id: str | None = None
     org_id: str | None = None
     token_id: str | None = None
+    # A run token (kind "run"): scoped to the one workspace its run belongs to.
+    workspace_id: str | None = None
+    run_id: str | None = None
 
     @property
     def lock_holder(self) -> tuple[str, str]:
         """What `locked-by` names when this caller locks a workspace."""
+        if self.kind == "run" and self.run_id:
+            return ("runs", self.run_id)
         if self.kind == "team" and self.team_id:
             return ("teams", self.team_id)
         if self.kind == "organization" and self.org_id:
@@ -62,6 +67,9 @@ def caller_teams(state: WorkspaceState, caller: Caller, org_id: str) -> list[str
 
 
 def org_access(state: WorkspaceState, caller: Caller, org: Organization) -> OrgAccess:
+    if caller.kind == "run":
+        # Sees its organization (to find workspaces by name), manages nothing in it.
+        return OrgAccess(member=caller.org_id == org.id)
     if caller.kind == "admin":
         return OrgAccess(member=True, owner=True, flags=frozenset(ORG_ACCESS_KEYS))
     if caller.kind == "organization":
@@ -128,8 +136,29 @@ def custom_caps(access: TeamAccess) -> frozenset[str]:
     return frozenset(caps)
 
 
+# A run token on its own workspace: what a run needs (read variables, lock, read and write
+# state). On another workspace that shares its state with it (global-remote-state, or the run's
+# workspace is one of its remote state consumers): read that state and its outputs, nothing else.
+RUN_OWN = frozenset(
+    {"read-runs", "read-vars", "read-state-outputs", "read-state", "write-state", "lock"}
+)
+RUN_REMOTE_STATE = frozenset({"read-runs", "read-state-outputs", "read-state"})
+
+
+def run_caps(caller: Caller, ws: Workspace) -> frozenset[str]:
+    if caller.org_id != ws.org_id or not caller.workspace_id:
+        return frozenset()
+    if ws.id == caller.workspace_id:
+        return RUN_OWN
+    if ws.global_remote_state or caller.workspace_id in ws.consumer_ids:
+        return RUN_REMOTE_STATE
+    return frozenset()
+
+
 def workspace_caps(state: WorkspaceState, caller: Caller, ws: Workspace) -> frozenset[str]:
     """Everything `caller` may do on `ws`; empty means the workspace is invisible (404)."""
+    if caller.kind == "run":
+        return run_caps(caller, ws)
     org = state.orgs[ws.org_id]
     acc = org_access(state, caller, org)
     if not acc.member:
@@ -174,6 +203,8 @@ def caps_function(
 ) -> Callable[[Workspace], frozenset[str]]:
     """`workspace_caps` for many workspaces of one organization (lists over thousands):
     the organization-wide part is worked out once."""
+    if caller.kind == "run":
+        return lambda ws: run_caps(caller, ws)
     acc = org_access(state, caller, org)
     if not acc.member:
         return lambda ws: frozenset()

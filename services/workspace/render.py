@@ -50,6 +50,28 @@ def _ws_vcs(repo: VcsRepo | None, ws_id: str) -> dict[str, Any] | None:
     }
 
 
+def _current_state(state: WorkspaceState, ws: Workspace) -> dict[str, Any]:
+    sv_id = ws.current_state_version_id
+    if sv_id is None:
+        return {"data": None}
+    return {
+        "data": {"id": sv_id, "type": "state-versions"},
+        "links": {"related": f"{API}/workspaces/{ws.id}/current-state-version"},
+    }
+
+
+def _current_outputs(state: WorkspaceState, ws: Workspace, caps: frozenset[str]) -> dict[str, Any]:
+    sv = state.state_versions.get(ws.current_state_version_id or "")
+    if sv is None or "read-state-outputs" not in caps:
+        return {"data": []}
+    return {"data": [{"id": o.id, "type": "workspace-outputs"} for o in sv.outputs]}
+
+
+def _resource_count(state: WorkspaceState, ws: Workspace) -> int:
+    sv = state.state_versions.get(ws.current_state_version_id or "")
+    return sv.resource_count if sv else 0
+
+
 def workspace(state: WorkspaceState, ws: Workspace, caps: frozenset[str]) -> dict[str, Any]:
     org = state.orgs[ws.org_id]
     tag_names = [state.tags[t].name for t in ws.tag_ids if t in state.tags]
@@ -74,7 +96,7 @@ def workspace(state: WorkspaceState, ws: Workspace, caps: frozenset[str]) -> dic
         "plan-duration-average": None,
         "policy-check-failures": None,
         "queue-all-runs": ws.queue_all_runs,
-        "resource-count": 0,
+        "resource-count": _resource_count(state, ws),
         "run-failures": None,
         "source": ws.source,
         "source-name": ws.source_name,
@@ -97,11 +119,11 @@ def workspace(state: WorkspaceState, ws: Workspace, caps: frozenset[str]) -> dic
         "agent-pool": ref("agent-pools", ws.agent_pool_id),
         "current-configuration-version": {"data": None},
         "current-run": {"data": None},
-        "current-state-version": {"data": None},
+        "current-state-version": _current_state(state, ws),
         "latest-run": {"data": None},
         "locked-by": ref(ws.locked_by[0], ws.locked_by[1]) if ws.locked_by else {"data": None},
         "organization": ref("organizations", org.name),
-        "outputs": {"data": []},
+        "outputs": _current_outputs(state, ws, caps),
         "project": ref("projects", ws.project_id),
         "readme": {"data": None},
         "remote-state-consumers": {

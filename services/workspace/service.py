@@ -14,12 +14,14 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import BadRequestError, BucketNotFoundError
 from nats.js.kv import KeyValue
 
+from services.workspace.blobs import BlobStore
 from services.workspace.context import Req
 from services.workspace.handlers.accounts import digest
 from services.workspace.jsonapi import ApiError
 from services.workspace.permissions import ADMIN_USER_ID, Caller
 from services.workspace.query import parse_query
 from services.workspace.routes import Router
+from services.workspace.sealing import Keys, bus_fetch
 from services.workspace.state import WorkspaceState
 from shared.bus import Bus, CallContext
 from shared.leader import LeaderLease
@@ -55,6 +57,10 @@ class WorkspaceService:
         self.snapshot_every = snapshot_every
         self.log: ReplicatedLog | None = None
         self.lease: LeaderLease | None = None
+        self.keys = Keys(bus_fetch(bus, settings.cluster_name))
+        self.blobs = BlobStore(
+            bus.nc.jetstream(), f"{settings.cluster_name}_workspace_states", settings.replicas
+        )
         self._ready = False
 
     @property
@@ -136,6 +142,17 @@ class WorkspaceService:
                 org_id=team.org_id if team else None,
                 token_id=tok.id,
             )
+        if tok.kind == "run":
+            ws = self.state.workspaces.get(tok.owner_id)
+            if ws is None:
+                return None
+            return Caller(
+                kind="run",
+                org_id=ws.org_id,
+                workspace_id=ws.id,
+                run_id=tok.description,
+                token_id=tok.id,
+            )
         return Caller(kind="organization", org_id=tok.owner_id, token_id=tok.id)
 
     async def handle(self, req: HttpRequest, ctx: CallContext) -> HttpResponse:
@@ -161,7 +178,13 @@ class WorkspaceService:
             raise ApiError(404, "no such endpoint")
         assert params is not None
         r = Req(
-            http=req, params=params, query=parse_query(req.query), state=self.state, log=self.log
+            http=req,
+            params=params,
+            query=parse_query(req.query),
+            state=self.state,
+            log=self.log,
+            keys=self.keys,
+            blobs=self.blobs,
         )
         if extra:  # the route needs a token
             # Consistent reads: everything written before this request is applied first.

@@ -21,11 +21,15 @@ from services.workspace.model import (
     PolicySet,
     PolicySetVersion,
     Project,
+    StateOutput,
+    StateVersion,
     Tag,
     Team,
     TeamAccess,
     Token,
     User,
+    Variable,
+    VariableSet,
     VcsInstallation,
     VcsRepo,
     Workspace,
@@ -52,6 +56,9 @@ class _Snapshot(msgspec.Struct, kw_only=True):
     team_access: list[TeamAccess] = []
     tokens: list[Token] = []
     vcs: list[VcsInstallation] = []
+    state_versions: list[StateVersion] = []
+    variables: list[Variable] = []
+    varsets: list[VariableSet] = []
 
 
 _snap_dec = msgspec.msgpack.Decoder(_Snapshot)
@@ -85,6 +92,13 @@ class WorkspaceState:
         self.tokens: dict[str, Token] = {}
         self.token_by_digest: dict[str, str] = {}
         self.vcs: dict[str, VcsInstallation] = {}
+        self.state_versions: dict[str, StateVersion] = {}
+        self.sv_by_ws: dict[str, list[str]] = {}  # workspace id -> versions, oldest first
+        self.output_sv: dict[str, str] = {}  # output id -> state version id
+        self.variables: dict[str, Variable] = {}
+        self.vars_by_ws: dict[str, list[str]] = {}  # workspace id -> variables, in creation order
+        self.varsets: dict[str, VariableSet] = {}
+        self.vars_by_set: dict[str, list[str]] = {}  # variable set id -> its variables
         self._ops: dict[str, Callable[[dict[str, Any], float], Any]] = {
             name[4:].replace("__", "."): getattr(self, name)
             for name in dir(self)
@@ -120,6 +134,9 @@ class WorkspaceState:
                 team_access=list(self.team_access.values()),
                 tokens=list(self.tokens.values()),
                 vcs=list(self.vcs.values()),
+                state_versions=list(self.state_versions.values()),
+                variables=list(self.variables.values()),
+                varsets=list(self.varsets.values()),
             )
         )
 
@@ -153,6 +170,11 @@ class WorkspaceState:
             self.tokens[tok.id] = tok
             self.token_by_digest[tok.digest] = tok.id
         self.vcs = {v.id: v for v in snap.vcs}
+        self.varsets = {v.id: v for v in snap.varsets}
+        for sv in snap.state_versions:
+            self._index_sv(sv)
+        for var in snap.variables:
+            self._index_var(var)
 
     # --- lookups used by handlers ---
 
@@ -239,6 +261,8 @@ class WorkspaceState:
             self._get(self.users, owner, "user")
         elif kind == "team":
             self._get(self.teams, owner, "team")
+        elif kind == "run":
+            self._ws(owner)  # a run token belongs to its run's workspace
         else:
             self._org(owner)
         self._check_new_id(self.tokens, p["id"])
@@ -329,6 +353,8 @@ class WorkspaceState:
 
     def _op_org__delete(self, p: dict[str, Any], t: float) -> None:
         org = self._org(p["org_id"])
+        for vs in [v for v in self.varsets.values() if v.org_id == org.id]:
+            self._drop_varset(vs)
         for w in list(self.workspaces.values()):
             if w.org_id == org.id:
                 self._delete_ws(w)
@@ -513,6 +539,17 @@ class WorkspaceState:
                 ps.workspace_ids.remove(w.id)
         for k in [k for k, a in self.team_access.items() if a.workspace_id == w.id]:
             del self.team_access[k]
+        for sv_id in self.sv_by_ws.pop(w.id, []):
+            sv = self.state_versions.pop(sv_id)
+            for o in sv.outputs:
+                self.output_sv.pop(o.id, None)
+        for var_id in self.vars_by_ws.pop(w.id, []):
+            self.variables.pop(var_id, None)
+        for tok in [k for k in self.tokens.values() if k.kind == "run" and k.owner_id == w.id]:
+            self._drop_token(tok.id)
+        for vs in self.varsets.values():
+            if w.id in vs.workspace_ids:
+                vs.workspace_ids.remove(w.id)
 
     def _op_ws__delete(self, p: dict[str, Any], t: float) -> None:
         w = self._ws(p["id"])
@@ -877,3 +914,231 @@ class WorkspaceState:
     def _op_access__delete(self, p: dict[str, Any], t: float) -> None:
         self._get(self.team_access, p["id"], "team access")
         del self.team_access[p["id"]]
+
+    # --- state versions ---
+
+    def _index_sv(self, sv: StateVersion) -> None:
+        self.state_versions[sv.id] = sv
+        self.sv_by_ws.setdefault(sv.workspace_id, []).append(sv.id)
+        for o in sv.outputs:
+            self.output_sv[o.id] = sv.id
+
+    def lock_refusal(self, w: Workspace, holder: tuple[str, str]) -> ApplyError | None:
+        if not w.locked:
+            return ApplyError(409, "the workspace must be locked by you to create a state version")
+        if w.locked_by != holder:
+            kind = {"users": "User", "teams": "Team", "runs": "Run"}.get(
+                w.locked_by[0] if w.locked_by else "", "Organization"
+            )
+            return ApplyError(
+                409, f"workspace is locked by {kind} {w.locked_by[1] if w.locked_by else ''}"
+            )
+        return None
+
+    def current_state(self, ws_id: str) -> StateVersion | None:
+        w = self.workspaces.get(ws_id)
+        if w is None or w.current_state_version_id is None:
+            return None
+        return self.state_versions.get(w.current_state_version_id)
+
+    def _check_successor(self, w: Workspace, serial: int, lineage: str, md5: str) -> None:
+        """A new state must continue the current one: same lineage, no lower serial, and the
+        same serial only for the same content (Terraform re-sending what it wrote)."""
+        cur = self.current_state(w.id)
+        if cur is None:
+            return
+        if lineage and cur.lineage and lineage != cur.lineage:
+            raise ApplyError(
+                409,
+                f"lineage {lineage!r} does not match the current state's lineage "
+                f"{cur.lineage!r}; use force to replace the state",
+            )
+        if serial < cur.serial or (serial == cur.serial and md5 != cur.md5):
+            raise ApplyError(
+                409,
+                f"serial {serial} must be greater than the current state's serial {cur.serial}",
+            )
+
+    def _op_sv__create(self, p: dict[str, Any], t: float) -> str:
+        w = self._ws(p["workspace_id"])
+        refusal = self.lock_refusal(w, tuple(p["by"]))
+        if refusal is not None:
+            raise refusal
+        if not p.get("force"):
+            self._check_successor(w, p["serial"], p.get("lineage", ""), p["md5"])
+        self._check_new_id(self.state_versions, p["id"])
+        sv = StateVersion(
+            id=p["id"],
+            workspace_id=w.id,
+            created_at=t,
+            serial=p["serial"],
+            lineage=p.get("lineage", ""),
+            md5=p["md5"],
+            status=p["status"],
+            upload_digest=p.get("upload_digest", ""),
+            size=p.get("size", 0),
+            state_format=p.get("state_format", 4),
+            terraform_version=p.get("terraform_version", ""),
+            resource_count=p.get("resource_count", 0),
+            resources_json=p.get("resources_json", b"[]"),
+            outputs=[msgspec.convert(o, StateOutput) for o in p.get("outputs", [])],
+            sealed_values=p.get("sealed_values", b""),
+            values_in_blob=p.get("values_in_blob", False),
+            created_by=tuple(p["by"]),
+            run_id=p.get("run_id"),
+            resources_processed=p["status"] == "finalized",
+        )
+        self._index_sv(sv)
+        if sv.status == "finalized":
+            w.current_state_version_id = sv.id
+            w.latest_change_at = t
+        return sv.id
+
+    def _op_sv__finalize(self, p: dict[str, Any], t: float) -> None:
+        """The upload of a pending version arrived: it becomes the workspace's current state."""
+        sv: StateVersion = self._get(self.state_versions, p["id"], "state version")
+        if sv.status != "pending":
+            raise ApplyError(409, "the state of this version has already been uploaded")
+        w = self._ws(sv.workspace_id)
+        if not p.get("force"):
+            self._check_successor(w, sv.serial, sv.lineage, sv.md5)
+        sv.status = "finalized"
+        sv.upload_digest = ""
+        sv.resources_processed = True
+        for key in ("size", "state_format", "terraform_version", "resource_count"):
+            setattr(sv, key, p[key])
+        sv.resources_json = p["resources_json"]
+        sv.outputs = [msgspec.convert(o, StateOutput) for o in p["outputs"]]
+        for o in sv.outputs:
+            self.output_sv[o.id] = sv.id
+        sv.sealed_values = p["sealed_values"]
+        sv.values_in_blob = p.get("values_in_blob", False)
+        w.current_state_version_id = sv.id
+        w.latest_change_at = t
+
+    # --- variables ---
+
+    def _index_var(self, v: Variable) -> None:
+        self.variables[v.id] = v
+        if v.workspace_id:
+            self.vars_by_ws.setdefault(v.workspace_id, []).append(v.id)
+        if v.varset_id:
+            self.vars_by_set.setdefault(v.varset_id, []).append(v.id)
+
+    def _check_var_key(self, v: Variable) -> None:
+        siblings = (
+            self.vars_by_ws.get(v.workspace_id, [])
+            if v.workspace_id
+            else self.vars_by_set.get(v.varset_id or "", [])
+        )
+        for other_id in siblings:
+            other = self.variables[other_id]
+            if other.id != v.id and other.key == v.key and other.category == v.category:
+                raise _taken("Key")
+
+    def _op_var__create(self, p: dict[str, Any], t: float) -> str:
+        if p.get("varset_id"):
+            self._get(self.varsets, p["varset_id"], "variable set")
+        else:
+            self._ws(p["workspace_id"])
+        self._check_new_id(self.variables, p["id"])
+        v = msgspec.convert({**p, "created_at": t}, Variable)
+        self._check_var_key(v)
+        self._index_var(v)
+        return v.id
+
+    def _op_var__update(self, p: dict[str, Any], t: float) -> None:
+        v: Variable = self._get(self.variables, p["id"], "variable")
+        changes = dict(p["changes"])
+        if v.sensitive and changes.get("sensitive") is False:
+            raise ApplyError(422, "a sensitive variable cannot be made non-sensitive")
+        merged = msgspec.structs.replace(v, **changes)
+        self._check_var_key(merged)
+        for k, val in changes.items():
+            setattr(v, k, val)
+
+    def _op_var__delete(self, p: dict[str, Any], t: float) -> None:
+        v: Variable = self._get(self.variables, p["id"], "variable")
+        del self.variables[v.id]
+        if v.workspace_id:
+            self.vars_by_ws[v.workspace_id].remove(v.id)
+        if v.varset_id:
+            self.vars_by_set[v.varset_id].remove(v.id)
+
+    # --- variable sets ---
+
+    def _check_varset_targets(self, org_id: str, ws_ids: list[str], prj_ids: list[str]) -> None:
+        for wid in ws_ids:
+            w = self.workspaces.get(wid)
+            if w is None or w.org_id != org_id:
+                raise ApplyError(422, f"workspace {wid} not found")
+        for pid in prj_ids:
+            prj = self.projects.get(pid)
+            if prj is None or prj.org_id != org_id:
+                raise ApplyError(422, f"project {pid} not found")
+
+    def _varset_name_taken(self, org_id: str, name: str, own_id: str) -> bool:
+        return any(
+            v.org_id == org_id and v.name == name and v.id != own_id for v in self.varsets.values()
+        )
+
+    def _op_varset__create(self, p: dict[str, Any], t: float) -> str:
+        self._org(p["org_id"])
+        if self._varset_name_taken(p["org_id"], p["name"], p["id"]):
+            raise _taken()
+        self._check_varset_targets(
+            p["org_id"], p.get("workspace_ids", []), p.get("project_ids", [])
+        )
+        self._check_new_id(self.varsets, p["id"])
+        vs = msgspec.convert({**p, "created_at": t, "updated_at": t}, VariableSet)
+        vs.workspace_ids = list(dict.fromkeys(vs.workspace_ids))
+        vs.project_ids = list(dict.fromkeys(vs.project_ids))
+        self.varsets[vs.id] = vs
+        return vs.id
+
+    def _op_varset__update(self, p: dict[str, Any], t: float) -> None:
+        vs: VariableSet = self._get(self.varsets, p["id"], "variable set")
+        changes = p["changes"]
+        if "name" in changes and self._varset_name_taken(vs.org_id, changes["name"], vs.id):
+            raise _taken()
+        self._check_varset_targets(
+            vs.org_id, changes.get("workspace_ids", []), changes.get("project_ids", [])
+        )
+        for k, v in changes.items():
+            setattr(vs, k, list(dict.fromkeys(v)) if isinstance(v, list) else v)
+        vs.updated_at = t
+
+    def _drop_varset(self, vs: VariableSet) -> None:
+        for var_id in self.vars_by_set.pop(vs.id, []):
+            self.variables.pop(var_id, None)
+        del self.varsets[vs.id]
+
+    def _op_varset__delete(self, p: dict[str, Any], t: float) -> None:
+        self._drop_varset(self._get(self.varsets, p["id"], "variable set"))
+
+    def _op_varset__rel(self, p: dict[str, Any], t: float) -> None:
+        """Attach or detach workspaces or projects; attaching twice or detaching an absent one
+        is a no-op."""
+        vs: VariableSet = self._get(self.varsets, p["id"], "variable set")
+        if p["rel"] == "workspaces":
+            self._check_varset_targets(vs.org_id, p["ids"], [])
+            target = vs.workspace_ids
+        else:
+            self._check_varset_targets(vs.org_id, [], p["ids"])
+            target = vs.project_ids
+        for x in p["ids"]:
+            if p["op"] == "add" and x not in target:
+                target.append(x)
+            elif p["op"] == "remove" and x in target:
+                target.remove(x)
+        vs.updated_at = t
+
+    def varsets_for(self, w: Workspace) -> list[VariableSet]:
+        """The sets that apply to a workspace: global ones, and those attached to it or to its
+        project."""
+        return [
+            vs
+            for vs in self.varsets.values()
+            if vs.org_id == w.org_id
+            and (vs.is_global or w.id in vs.workspace_ids or w.project_id in vs.project_ids)
+        ]

@@ -28,6 +28,8 @@ def test_server_from_config_file(nats_url: str, tmp_path: Path) -> None:
         f"scheduler_addr: 127.0.0.1:{ports[2]}\n"
         f"cluster_addr: 127.0.0.1:{free_port()}\n"
         "log_json: true\n"
+        # The session's NATS admits anyone (tests/security covers the refusal).
+        "insecure_bus: true\n"
     )
     proc = subprocess.Popen(
         [sys.executable, "-m", "services.cli", "server", "--config", str(cfg)],
@@ -66,6 +68,7 @@ def test_run_one_service_serves_health(nats_url: str, tmp_path: Path) -> None:
             "secrets",
             "--nats-url",
             nats_url,
+            "--insecure-bus",
             "--health-addr",
             f"127.0.0.1:{health}",
         ],

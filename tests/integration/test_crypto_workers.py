@@ -53,10 +53,14 @@ async def test_no_worker_means_503(nats_url: str) -> None:
         assert status == 503 and "no crypto worker" in body["errors"][0]
 
 
-def start_worker_process(nats_url: str, cluster: str, port: int) -> subprocess.Popen[bytes]:
+def start_worker_process(
+    nats_url: str, cluster: str, port: int, key_file: str
+) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         "TRELLIS_NATS_URL": nats_url,
+        "TRELLIS_INSECURE_BUS": "true",  # the session's open test NATS
+        "TRELLIS_CLUSTER_KEY_FILE": key_file,  # the test cluster's own key
         "TRELLIS_CLUSTER_NAME": cluster,
         "TRELLIS_LOG_LEVEL": "warning",
     }
@@ -109,7 +113,9 @@ async def test_killed_worker_costs_a_retry_not_a_wrong_certificate(
     monkeypatch.setattr(pki_backend, "CALL_TIMEOUT", 2.0)
     async with pki_cluster(nats_url) as c:  # one in-process worker...
         port = free_port()
-        proc = start_worker_process(nats_url, c.settings.cluster_name, port)  # ...and a process
+        proc = start_worker_process(
+            nats_url, c.settings.cluster_name, port, c.settings.cluster_key_file
+        )  # ...and a process
         try:
             await wait_ready(port, proc)
             root = await ok(

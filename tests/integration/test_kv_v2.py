@@ -121,6 +121,7 @@ async def test_check_and_set(nats_url: str) -> None:
             "cas_required": True,
             "delete_version_after": "0s",
             "max_versions": 0,
+            "metadata_cas_required": False,
         }
     finally:
         await c.close()
@@ -320,6 +321,7 @@ async def test_config_and_delete_version_after(nats_url: str) -> None:
             "cas_required": False,
             "delete_version_after": "0s",
             "max_versions": 0,
+            "metadata_cas_required": False,
         }
         for bad in (
             {"max_versions": -2},
@@ -338,6 +340,7 @@ async def test_config_and_delete_version_after(nats_url: str) -> None:
             "cas_required": False,
             "delete_version_after": "1s",
             "max_versions": 3,
+            "metadata_cas_required": False,
         }
 
         for i in range(5):

@@ -19,14 +19,15 @@ from services.crypto.service import CryptoService
 from services.gateway.main import Gateway
 from services.secrets.service import SecretsService
 from shared.bus import Bus
+from shared.nats_permissions import USERS
 from shared.runner import nats_options
 from shared.settings import Settings
 from tests.conftest import free_port
+from tests.harness import ephemeral_cluster_key
 
 pytestmark = pytest.mark.nats
 
 ROOT = Path(__file__).resolve().parents[2]
-USERS = ("gateway", "secrets", "crypto", "replication", "workspace", "scheduler", "client")
 
 
 def _start_secure_nats(tmp: str) -> tuple[subprocess.Popen[bytes], int]:
@@ -64,6 +65,7 @@ async def test_secure_config_permissions() -> None:
     url = f"nats://127.0.0.1:{port}"
     buses: list[Bus] = []
     services: list[object] = []
+    key_file = str(ephemeral_cluster_key())
     try:
 
         def settings(user: str) -> Settings:
@@ -75,6 +77,7 @@ async def test_secure_config_permissions() -> None:
                 workspace_addr="127.0.0.1:0",
                 scheduler_addr="127.0.0.1:0",
                 log_json=False,
+                cluster_key_file=key_file,
             )
 
         async def bus(user: str) -> Bus:

@@ -102,13 +102,16 @@ async def test_ca_sign_and_issue_with_hvac(cluster: Cluster, tmp_path: Path) -> 
     assert role["key_type"] == "ca" and role["max_ttl"] == 3600 and role["ttl"] == 1800
     assert role["default_extensions"] == {"permit-pty": ""} and "cidr_list" not in role
     listed = (await _ok(c, "LIST", "/v1/ssh/roles"))["data"]
-    assert listed == {"keys": ["dev"], "key_info": {"dev": {"key_type": "ca"}}}
+    assert listed == {
+        "keys": ["dev"],
+        "key_info": {"dev": {"key_type": "ca", "issuer_ref": "default"}},
+    }
 
     user = _user_key()
     signed = await asyncio.to_thread(client.secrets.ssh.sign_ssh_key, name="dev", public_key=user)
     assert signed["lease_id"].startswith("ssh/sign/dev/") and signed["lease_duration"] == 1800
     data = signed["data"]
-    assert set(data) == {"serial_number", "signed_key"}
+    assert set(data) == {"serial_number", "signed_key", "issuer_id"}  # issuer_id: as OpenBao
     text = _keygen_show(tmp_path, data["signed_key"])
     digest = run_local("ssh_public_key_info", {"public_key": user})["sha256"]
     assert f'Key ID: "vault-root-{digest}"' in text

@@ -888,8 +888,8 @@ async def test_no_body_or_id_gives_a_500(api: Api, unique: str) -> None:
     await api.org(unique)
     ws = await api.workspace(unique, "victim")
     fills = [
-        {"org": unique, "id": ws["id"], "name": "victim"},
-        {"org": "nope", "id": "x-unknown", "name": "nope"},
+        {"org": unique, "id": ws["id"], "name": "victim", "var": "var-unknown"},
+        {"org": "nope", "id": "x-unknown", "name": "nope", "var": "var-unknown"},
     ]
     for method, pattern, _, _ in TABLE:
         if pattern.startswith("/.well-known") or "{rsc:" in pattern:

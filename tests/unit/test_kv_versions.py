@@ -108,10 +108,12 @@ def test_metadata_views() -> None:
     assert set(full) == {
         "cas_required",
         "created_time",
+        "current_metadata_version",
         "current_version",
         "custom_metadata",
         "delete_version_after",
         "max_versions",
+        "metadata_cas_required",
         "oldest_version",
         "updated_time",
         "versions",

@@ -283,12 +283,15 @@ def test_nats_config_is_durable_and_valid(docs: list[dict[str, Any]], tmp_path: 
     (nats,) = pod_spec(sts)["containers"]
     env = container_env(nats)
     code = "\n".join(line.split("#", 1)[0] for line in conf.splitlines())
+    code = re.sub(r'"[^"]*"', '""', code)  # "$JS.API.>" in a quoted subject is no variable
     for var in re.findall(r"\$([A-Za-z_]\w*)", code):
         assert var in env, f"nats.conf uses ${var}, which the container does not set"
     pod_env = {"POD_NAME": f"{name}-0"}
     for k, e in env.items():
         if "value" in e:
             pod_env[k] = re.sub(r"\$\((\w+)\)", lambda m: pod_env[m.group(1)], e["value"])
+        elif "secretKeyRef" in e.get("valueFrom", {}):
+            pod_env[k] = "test"  # a password from a Secret: any value parses
     path = tmp_path / "nats.conf"
     path.write_text(conf)
     nats_server_test(path, {**os.environ, **pod_env})
@@ -339,6 +342,13 @@ def test_service_deployment(docs: list[dict[str, Any]], svc: str) -> None:
     assert live["path"] == "/healthz" and port_number(c, live["port"]) == HEALTH_PORT
     assert ready["path"] == "/readyz"
     assert port_number(c, ready["port"]) == (8200 if svc == "gateway" else HEALTH_PORT)
+    # SIGTERM: `trellis run` drains within its stop timeout; the grace period covers that
+    # plus any preStop pause, so Kubernetes never SIGKILLs a draining process.
+    from shared.runner import STOP_TIMEOUT
+
+    pre_stop = c.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
+    pause = float(pre_stop[1]) if pre_stop[:1] == ["sleep"] else 0.0
+    assert pod["terminationGracePeriodSeconds"] >= STOP_TIMEOUT + pause, svc
     # Resources and hardening.
     for part in ("requests", "limits"):
         assert set(c["resources"][part]) >= {"cpu", "memory"}, (svc, part)

@@ -236,3 +236,21 @@ def test_text_helpers() -> None:
     pem = "-----BEGIN CERTIFICATE-----\nAAEC\nAwQ=\n-----END CERTIFICATE-----\n"
     assert as_format(pem, "der") == "AAECAwQ="
     assert as_format(pem, "pem") == pem.strip()
+
+
+def test_validity_caps_a_ttl_over_the_max_with_openbao_warning() -> None:
+    warnings: list[str] = []
+    _, end = validity(
+        now=0,
+        ttl=8760 * 3600,
+        not_after="",
+        default_ttl=0,
+        max_ttl=768 * 3600,
+        not_before_duration=0,
+        limit_name="mount's max lease TTL",
+        warnings=warnings,
+    )
+    assert end == 768 * 3600
+    assert warnings == [
+        'TTL "8760h0m0s" is longer than permitted maxTTL "768h0m0s", so maxTTL is being used'
+    ]

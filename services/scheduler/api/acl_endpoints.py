@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 import uuid
 from typing import Any
 
+import structlog
+
 from services.scheduler.acl import PolicyError, parse_rules
+from services.scheduler.acl_bootstrap import BootstrapRefused, read_reset_file, reset_index_for
 from services.scheduler.api.context import ApiContext
 from services.scheduler.api.http import HttpError, Request, bad, ok
-from services.scheduler.api.query import blocking, parse_options
+from services.scheduler.api.query import answer_ok, blocking, parse_options
+
+log = structlog.get_logger("scheduler.acl")
 
 
 def _token_stub(t: dict[str, Any]) -> dict[str, Any]:
@@ -51,12 +57,28 @@ def _require_enabled(ctx: ApiContext) -> None:
         raise bad("ACL support disabled")
 
 
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+
+
 async def bootstrap(ctx: ApiContext, req: Request) -> Any:
+    """Once (services/scheduler/acl_bootstrap.py): a configured management token already counts
+    as the bootstrap; the reset file in the server's data dir allows one more."""
     _require_enabled(ctx)
     data = req.json() or {}
     secret = data.get("BootstrapSecret", "") if isinstance(data, dict) else ""
+    if secret and (not isinstance(secret, str) or not _UUID.match(secret)):
+        raise bad("invalid acl token")
+    await ctx.record_configured_bootstrap()
+    done = ctx.t.acl_bootstrap_index
+    try:
+        reset = reset_index_for(done, read_reset_file(ctx.server_dir) if done else 0)
+    except BootstrapRefused as exc:
+        raise bad(str(exc)) from None
     token = _new_token("Bootstrap Token", "management", [], True, secret)
-    _, result = await ctx.append("acl.bootstrap", {"token": token, "reset_index": 0})
+    _, result = await ctx.append("acl.bootstrap", {"token": token, "reset_index": reset})
+    if reset:
+        # An audit trail of the operator's reset (the token itself is never logged).
+        log.warning("ACL bootstrap reset used", reset_index=reset, accessor=result["AccessorID"])
     return ok(result, index=result["CreateIndex"])
 
 
@@ -73,8 +95,9 @@ async def list_policies(ctx: ApiContext, req: Request) -> Any:
             if p["Name"].startswith(opts.prefix)
         ]
 
-    index, body = await blocking(ctx.replog, opts, compute)
-    return ok(body, index=index)
+    return await blocking(
+        ctx.replog, opts, compute, answer_ok, index_of=lambda: ctx.t.index["acl_policy"]
+    )
 
 
 async def policy(ctx: ApiContext, req: Request, name: str) -> Any:
@@ -120,8 +143,9 @@ async def list_tokens(ctx: ApiContext, req: Request) -> Any:
             _token_stub(t) for t in toks if t["AccessorID"].startswith(opts.prefix)
         ]
 
-    index, body = await blocking(ctx.replog, opts, compute)
-    return ok(body, index=index)
+    return await blocking(
+        ctx.replog, opts, compute, answer_ok, index_of=lambda: ctx.t.index["acl_token"]
+    )
 
 
 async def token_self(ctx: ApiContext, req: Request) -> Any:

@@ -7,7 +7,7 @@ from typing import Any
 from services.scheduler.api.context import ApiContext
 from services.scheduler.api.http import HttpError, Request, bad, ok
 from services.scheduler.api.jobs import _filtered
-from services.scheduler.api.query import blocking, parse_options
+from services.scheduler.api.query import answer_ok, blocking, parse_options
 from services.scheduler.api.render import alloc_full, alloc_stub, node_full, node_stub, public
 
 
@@ -40,8 +40,9 @@ async def list_nodes(ctx: ApiContext, req: Request) -> Any:
         nodes = _filtered(opts, nodes, public)
         return ctx.t.index["nodes"], [node_stub(n, resources=resources, os=os_) for n in nodes]
 
-    index, body = await blocking(ctx.replog, opts, compute)
-    return ok(body, index=index)
+    return await blocking(
+        ctx.replog, opts, compute, answer_ok, index_of=lambda: ctx.t.index["nodes"]
+    )
 
 
 async def read_node(ctx: ApiContext, req: Request, node_id: str) -> Any:
@@ -55,10 +56,12 @@ async def read_node(ctx: ApiContext, req: Request, node_id: str) -> Any:
             return ctx.t.index["nodes"], None
         return n["ModifyIndex"], node_full(n)
 
-    index, body = await blocking(ctx.replog, opts, compute)
-    if body is None:
-        raise HttpError(404, "node not found")
-    return ok(body, index=index)
+    def answer(index: int, body: Any) -> Any:
+        if body is None:
+            raise HttpError(404, "node not found")
+        return ok(body, index=index)
+
+    return await blocking(ctx.replog, opts, compute, answer)
 
 
 async def node_allocations(ctx: ApiContext, req: Request, node_id: str) -> Any:
@@ -69,8 +72,9 @@ async def node_allocations(ctx: ApiContext, req: Request, node_id: str) -> Any:
         allocs = sorted(ctx.t.node_allocs(node_id), key=lambda a: a["ID"])
         return ctx.t.index["allocs"], [alloc_full(ctx.t, a) for a in allocs]
 
-    index, body = await blocking(ctx.replog, opts, compute)
-    return ok(body, index=index)
+    return await blocking(
+        ctx.replog, opts, compute, answer_ok, index_of=lambda: ctx.t.index["allocs"]
+    )
 
 
 async def node_eligibility(ctx: ApiContext, req: Request, node_id: str) -> Any:
@@ -102,8 +106,9 @@ async def list_allocations(ctx: ApiContext, req: Request) -> Any:
         allocs = _filtered(opts, allocs, public)
         return ctx.t.index["allocs"], [alloc_stub(a) for a in allocs]
 
-    index, body = await blocking(ctx.replog, opts, compute)
-    return ok(body, index=index)
+    return await blocking(
+        ctx.replog, opts, compute, answer_ok, index_of=lambda: ctx.t.index["allocs"]
+    )
 
 
 async def read_allocation(ctx: ApiContext, req: Request, alloc_id: str) -> Any:
@@ -117,12 +122,14 @@ async def read_allocation(ctx: ApiContext, req: Request, alloc_id: str) -> Any:
             return ctx.t.index["allocs"], None
         return a["ModifyIndex"], a
 
-    index, alloc = await blocking(ctx.replog, opts, compute)
-    if alloc is None:
-        raise HttpError(404, "alloc not found")
-    if not acl.allow_ns(alloc["Namespace"], "read-job"):
-        raise HttpError(403, "Permission denied")
-    return ok(alloc_full(ctx.t, alloc), index=index)
+    def answer(index: int, alloc: Any) -> Any:
+        if alloc is None:
+            raise HttpError(404, "alloc not found")
+        if not acl.allow_ns(alloc["Namespace"], "read-job"):
+            raise HttpError(403, "Permission denied")
+        return ok(alloc_full(ctx.t, alloc), index=index)
+
+    return await blocking(ctx.replog, opts, compute, answer)
 
 
 async def list_evaluations(ctx: ApiContext, req: Request) -> Any:
@@ -145,8 +152,9 @@ async def list_evaluations(ctx: ApiContext, req: Request) -> Any:
         )
         return ctx.t.index["evals"], [public(e) for e in _filtered(opts, evs)]
 
-    index, body = await blocking(ctx.replog, opts, compute)
-    return ok(body, index=index)
+    return await blocking(
+        ctx.replog, opts, compute, answer_ok, index_of=lambda: ctx.t.index["evals"]
+    )
 
 
 async def read_evaluation(ctx: ApiContext, req: Request, eval_id: str) -> Any:
@@ -160,12 +168,14 @@ async def read_evaluation(ctx: ApiContext, req: Request, eval_id: str) -> Any:
             return ctx.t.index["evals"], None
         return e["ModifyIndex"], public(e)
 
-    index, body = await blocking(ctx.replog, opts, compute)
-    if body is None:
-        raise HttpError(404, "eval not found")
-    if not acl.allow_ns(body["Namespace"], "read-job"):
-        raise HttpError(403, "Permission denied")
-    return ok(body, index=index)
+    def answer(index: int, body: Any) -> Any:
+        if body is None:
+            raise HttpError(404, "eval not found")
+        if not acl.allow_ns(body["Namespace"], "read-job"):
+            raise HttpError(403, "Permission denied")
+        return ok(body, index=index)
+
+    return await blocking(ctx.replog, opts, compute, answer)
 
 
 async def evaluation_allocations(ctx: ApiContext, req: Request, eval_id: str) -> Any:
@@ -176,8 +186,9 @@ async def evaluation_allocations(ctx: ApiContext, req: Request, eval_id: str) ->
         ids = ctx.t.allocs_by_eval.get(eval_id, set())
         return ctx.t.index["allocs"], [alloc_stub(ctx.t.allocs[i]) for i in sorted(ids)]
 
-    index, body = await blocking(ctx.replog, opts, compute)
-    return ok(body, index=index)
+    return await blocking(
+        ctx.replog, opts, compute, answer_ok, index_of=lambda: ctx.t.index["allocs"]
+    )
 
 
 async def list_deployments(ctx: ApiContext, req: Request) -> Any:
@@ -195,8 +206,9 @@ async def list_deployments(ctx: ApiContext, req: Request) -> Any:
         )
         return ctx.t.index["deployment"], [public(d) for d in _filtered(opts, deps)]
 
-    index, body = await blocking(ctx.replog, opts, compute)
-    return ok(body, index=index)
+    return await blocking(
+        ctx.replog, opts, compute, answer_ok, index_of=lambda: ctx.t.index["deployment"]
+    )
 
 
 async def read_deployment(ctx: ApiContext, req: Request, dep_id: str) -> Any:
@@ -210,12 +222,14 @@ async def read_deployment(ctx: ApiContext, req: Request, dep_id: str) -> Any:
             return ctx.t.index["deployment"], None
         return d["ModifyIndex"], public(d)
 
-    index, body = await blocking(ctx.replog, opts, compute)
-    if body is None:
-        raise HttpError(404, "deployment not found")
-    if not acl.allow_ns(body["Namespace"], "read-job"):
-        raise HttpError(403, "Permission denied")
-    return ok(body, index=index)
+    def answer(index: int, body: Any) -> Any:
+        if body is None:
+            raise HttpError(404, "deployment not found")
+        if not acl.allow_ns(body["Namespace"], "read-job"):
+            raise HttpError(403, "Permission denied")
+        return ok(body, index=index)
+
+    return await blocking(ctx.replog, opts, compute, answer)
 
 
 async def deployment_allocations(ctx: ApiContext, req: Request, dep_id: str) -> Any:
@@ -229,8 +243,9 @@ async def deployment_allocations(ctx: ApiContext, req: Request, dep_id: str) -> 
         )
         return ctx.t.index["allocs"], [alloc_stub(a) for a in allocs]
 
-    index, body = await blocking(ctx.replog, opts, compute)
-    return ok(body, index=index)
+    return await blocking(
+        ctx.replog, opts, compute, answer_ok, index_of=lambda: ctx.t.index["allocs"]
+    )
 
 
 async def promote_deployment(ctx: ApiContext, req: Request, dep_id: str) -> Any:

@@ -27,6 +27,8 @@ class ApiContext:
     region: str = "global"
     datacenter: str = "dc1"
     advertise: str = "127.0.0.1:4647"
+    # The scheduler server's own data dir (its acl-bootstrap-reset file); "" for none.
+    server_dir: str = ""
 
     @property
     def t(self) -> Tables:
@@ -44,6 +46,12 @@ class ApiContext:
             raise HttpError(exc.code, exc.message) from None
 
     # -- ACLs
+
+    async def record_configured_bootstrap(self) -> None:
+        """A management token in the configuration is the ACL bootstrap: put that in the log
+        (once; replicas racing to do it agree through the log) before anyone may bootstrap."""
+        if self.acl_enabled and self.management_token and not self.t.acl_bootstrap_index:
+            await self.append("acl.bootstrap", {"configured": True})
 
     @staticmethod
     def token_of(req: Request) -> str:

@@ -10,6 +10,7 @@ from urllib.parse import parse_qs, unquote
 
 import msgspec
 
+from shared import jsonbody
 from shared.messages import HttpRequest, HttpResponse
 
 _json = msgspec.json.Encoder()
@@ -70,9 +71,9 @@ class Request:
         if not self.body.strip():
             return None
         try:
-            return json.loads(self.body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise bad(f"Failed to decode request body: {exc}") from None
+            return jsonbody.decode(self.body)  # the shared policy: strict, bounded
+        except jsonbody.BodyError as exc:
+            raise bad(f"Failed to decode request body: {exc.detail}") from None
 
     @property
     def namespace(self) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 from services.scheduler.admit import ValidationError, admit
 from services.scheduler.api.context import ApiContext
 from services.scheduler.api.http import HttpError, Request, bad, ok
-from services.scheduler.api.query import blocking, parse_options
+from services.scheduler.api.query import answer_ok, blocking, parse_options
 from services.scheduler.api.render import alloc_stub, job_stub, public
 from services.scheduler.bexpr import FilterEvalError
 from services.scheduler.diff import job_diff
@@ -62,8 +62,18 @@ async def list_jobs(ctx: ApiContext, req: Request) -> Any:
 
     if ns != "*":
         ctx.require_ns(req, ns, "list-jobs")
-    index, (body, token) = await blocking(ctx.replog, opts, compute)
-    return ok(body, index=index, headers={"X-Sched-NextToken": token} if token else None)
+
+    def answer(index: int, result: Any) -> Any:
+        body, token = result
+        return ok(body, index=index, headers={"X-Sched-NextToken": token} if token else None)
+
+    return await blocking(
+        ctx.replog,
+        opts,
+        compute,
+        answer,
+        index_of=lambda: max(ctx.t.index["jobs"], ctx.t.index["job_summary"]),
+    )
 
 
 def _api_job(req: Request, data: Any, path_id: str = "") -> dict[str, Any]:
@@ -190,10 +200,12 @@ async def read(ctx: ApiContext, req: Request, job_id: str) -> Any:
         job = ctx.t.jobs.get(jkey(ns, job_id))
         return (job["ModifyIndex"], public(job)) if job else (ctx.t.index["jobs"], None)
 
-    index, body = await blocking(ctx.replog, opts, compute)
-    if body is None:
-        raise HttpError(404, "job not found")
-    return ok(body, index=index)
+    def answer(index: int, body: Any) -> Any:
+        if body is None:
+            raise HttpError(404, "job not found")
+        return ok(body, index=index)
+
+    return await blocking(ctx.replog, opts, compute, answer)
 
 
 async def submission(ctx: ApiContext, req: Request, job_id: str) -> Any:
@@ -211,10 +223,12 @@ async def submission(ctx: ApiContext, req: Request, job_id: str) -> Any:
             return 0, None
         return sub["JobModifyIndex"], {**sub, "JobIndex": sub["JobModifyIndex"]}
 
-    index, body = await blocking(ctx.replog, opts, compute)
-    if body is None:
-        raise HttpError(404, "job source not found")
-    return ok(body, index=index)
+    def answer(index: int, body: Any) -> Any:
+        if body is None:
+            raise HttpError(404, "job source not found")
+        return ok(body, index=index)
+
+    return await blocking(ctx.replog, opts, compute, answer)
 
 
 async def versions(ctx: ApiContext, req: Request, job_id: str) -> Any:
@@ -233,14 +247,16 @@ async def versions(ctx: ApiContext, req: Request, job_id: str) -> Any:
             d = [job_diff(out[i + 1], out[i], contextual=True) for i in range(len(out) - 1)]
         return vs[0]["ModifyIndex"], (out, d)
 
-    index, body = await blocking(ctx.replog, opts, compute)
-    if body is None:
-        raise HttpError(404, "job versions not found")
-    out, d = body
-    return ok(
-        {"Diffs": d, "Index": index, "KnownLeader": True, "LastContact": 0, "Versions": out},
-        index=index,
-    )
+    def answer(index: int, body: Any) -> Any:
+        if body is None:
+            raise HttpError(404, "job versions not found")
+        out, d = body
+        return ok(
+            {"Diffs": d, "Index": index, "KnownLeader": True, "LastContact": 0, "Versions": out},
+            index=index,
+        )
+
+    return await blocking(ctx.replog, opts, compute, answer)
 
 
 async def allocations(ctx: ApiContext, req: Request, job_id: str) -> Any:
@@ -257,8 +273,9 @@ async def allocations(ctx: ApiContext, req: Request, job_id: str) -> Any:
         allocs.sort(key=lambda a: a["ID"])
         return ctx.t.index["allocs"], [alloc_stub(a) for a in _filtered(opts, allocs, public)]
 
-    index, body = await blocking(ctx.replog, opts, compute)
-    return ok(body, index=index)
+    return await blocking(
+        ctx.replog, opts, compute, answer_ok, index_of=lambda: ctx.t.index["allocs"]
+    )
 
 
 async def evaluations(ctx: ApiContext, req: Request, job_id: str) -> Any:
@@ -270,8 +287,9 @@ async def evaluations(ctx: ApiContext, req: Request, job_id: str) -> Any:
         evs = sorted(ctx.t.job_evals(ns, job_id), key=lambda e: -e["CreateIndex"])
         return ctx.t.index["evals"], [public(e) for e in _filtered(opts, evs)]
 
-    index, body = await blocking(ctx.replog, opts, compute)
-    return ok(body, index=index)
+    return await blocking(
+        ctx.replog, opts, compute, answer_ok, index_of=lambda: ctx.t.index["evals"]
+    )
 
 
 async def deployments(ctx: ApiContext, req: Request, job_id: str) -> Any:
@@ -288,8 +306,9 @@ async def deployments(ctx: ApiContext, req: Request, job_id: str) -> Any:
         deps.sort(key=lambda d: -d["CreateIndex"])
         return ctx.t.index["deployment"], [public(d) for d in deps]
 
-    index, body = await blocking(ctx.replog, opts, compute)
-    return ok(body, index=index)
+    return await blocking(
+        ctx.replog, opts, compute, answer_ok, index_of=lambda: ctx.t.index["deployment"]
+    )
 
 
 async def latest_deployment(ctx: ApiContext, req: Request, job_id: str) -> Any:
@@ -301,8 +320,7 @@ async def latest_deployment(ctx: ApiContext, req: Request, job_id: str) -> Any:
         dep = ctx.t.latest_deployment(ns, job_id)
         return ctx.t.index["deployment"], public(dep) if dep else None
 
-    index, body = await blocking(ctx.replog, opts, compute)
-    return ok(body, index=index)
+    return await blocking(ctx.replog, opts, compute, answer_ok)
 
 
 async def summary(ctx: ApiContext, req: Request, job_id: str) -> Any:
@@ -316,10 +334,12 @@ async def summary(ctx: ApiContext, req: Request, job_id: str) -> Any:
         s = ctx.t.job_summary(ns, job_id)
         return max(s["ModifyIndex"], 1), s
 
-    index, body = await blocking(ctx.replog, opts, compute)
-    if body is None:
-        raise HttpError(404, "job not found")
-    return ok(body, index=index)
+    def answer(index: int, body: Any) -> Any:
+        if body is None:
+            raise HttpError(404, "job not found")
+        return ok(body, index=index)
+
+    return await blocking(ctx.replog, opts, compute, answer)
 
 
 async def deregister(ctx: ApiContext, req: Request, job_id: str) -> Any:

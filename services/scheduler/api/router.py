@@ -13,6 +13,7 @@ from services.scheduler.api import cluster, jobs, openapi
 from services.scheduler.api.context import ApiContext
 from services.scheduler.api.http import HttpError, Request, error
 from shared.bus import CallContext
+from shared.deferred import Deferred
 from shared.messages import HttpRequest, HttpResponse
 
 log = structlog.get_logger("scheduler.api")
@@ -106,7 +107,8 @@ class Router:
     def __init__(self, ctx: ApiContext) -> None:
         self.ctx = ctx
 
-    async def handle(self, env: HttpRequest, _: CallContext) -> HttpResponse:
+    async def handle(self, env: HttpRequest, _: CallContext) -> HttpResponse | Deferred:
+        """The answer, or a Deferred one (a blocking query still waiting: shared/deferred.py)."""
         try:
             req = Request.from_envelope(env)
             if not req.segments or req.segments[0] != "v1":
@@ -118,12 +120,28 @@ class Router:
             handler = methods.get(req.method)
             if handler is None:
                 return error(405, INVALID_METHOD)
-            resp: HttpResponse = await handler(self.ctx, req, *args)
-            if req.has("pretty") and resp.headers.get("Content-Type") == "application/json":
-                resp.body = json.dumps(json.loads(resp.body or b"null"), indent=4).encode()
-            return resp
+            return self._complete(req, await handler(self.ctx, req, *args))
         except HttpError as exc:
             return error(exc.code, exc.message)
         except Exception:
             log.exception("scheduler request failed", path=env.path)
             return error(500, "internal error")
+
+    def _complete(self, req: Request, resp: HttpResponse | Deferred) -> HttpResponse | Deferred:
+        if isinstance(resp, Deferred):
+            # The rest of the answer happens later: give it the same error handling.
+            inner = resp.finish
+
+            async def finish() -> HttpResponse | Deferred:
+                try:
+                    return self._complete(req, await inner())
+                except HttpError as exc:
+                    return error(exc.code, exc.message)
+                except Exception:
+                    log.exception("scheduler request failed", path=req.raw.path)
+                    return error(500, "internal error")
+
+            return Deferred(resp.ready, finish)
+        if req.has("pretty") and resp.headers.get("Content-Type") == "application/json":
+            resp.body = json.dumps(json.loads(resp.body or b"null"), indent=4).encode()
+        return resp

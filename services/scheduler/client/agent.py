@@ -1,5 +1,6 @@
 """The client agent: registers one or many (simulated) nodes, heartbeats for them, long-polls
-their allocations and runs them, and sends allocation updates back in batches."""
+their allocations and runs them, and sends allocation updates back in batches. Every RPC carries
+the node secrets it speaks for (a real node keeps its ID and secret in its data dir)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from typing import Any
 import structlog
 
 from services.scheduler import wire
+from services.scheduler.client import identity
 from services.scheduler.client.allocrunner import AllocRunner
 from services.scheduler.client.drivers import Driver, MockDriver, RawExecDriver
+from services.scheduler.client.taskenv import JobInfo
 from shared.bus import Bus
 from shared.errors import ServiceError
 from shared.settings import Settings
@@ -64,7 +67,6 @@ def build_node(cfg: NodeConfig, node_id: str, name: str) -> dict[str, Any]:
             attrs[f"driver.{alias}"] = "1"
     return {
         "ID": node_id,
-        "SecretID": str(uuid.uuid4()),
         "Name": name,
         "Datacenter": cfg.datacenter,
         "NodeClass": cfg.node_class,
@@ -108,13 +110,22 @@ class ClientAgent:
         self.cluster = settings.cluster_name
         self.cfg = node_config or NodeConfig()
         self.data_dir = self.cfg.data_dir or tempfile.mkdtemp(prefix="trellis-client-")
+        os.makedirs(self.data_dir, mode=0o700, exist_ok=True)
+        # Traversable, not listable: a task running as its `user` reaches its own dir below.
+        os.chmod(self.data_dir, 0o711)
         base = self.cfg.name or socket.gethostname()
         count = max(simulate, 1)
         self.nodes: dict[str, dict[str, Any]] = {}
+        self.secrets: dict[str, str] = {}  # node ID -> its SecretID (never sent to the API)
         for i in range(count):
-            nid = str(uuid.uuid4())
+            if count == 1 and self.cfg.data_dir:
+                # A real node: the same ID and secret after a restart.
+                nid, secret = identity.load_or_create(self.data_dir)
+            else:
+                nid, secret = str(uuid.uuid4()), identity.new_secret()
             name = base if count == 1 else f"{base}-{i}"
             self.nodes[nid] = build_node(self.cfg, nid, name)
+            self.secrets[nid] = secret
         all_drivers: dict[str, Driver] = {"raw_exec": RawExecDriver(), "mock": MockDriver()}
         self.drivers: dict[str, Driver] = {}
         for d in self.cfg.drivers:
@@ -150,8 +161,11 @@ class ClientAgent:
         ]
         self.ready = True
 
+    def _secrets_for(self, node_ids: Any) -> dict[str, str]:
+        return {n: self.secrets[n] for n in node_ids if n in self.secrets}
+
     async def register(self) -> None:
-        nodes = list(self.nodes.values())
+        nodes = [{**n, "SecretID": self.secrets[nid]} for nid, n in self.nodes.items()]
         for i in range(0, len(nodes), 200):
             reply = await self._retry(
                 lambda chunk=nodes[i : i + 200]: self.bus.request(
@@ -180,9 +194,10 @@ class ClientAgent:
             if self.heartbeating:
                 for i in range(0, len(ids), 2000):
                     with contextlib.suppress(Exception):
+                        chunk = ids[i : i + 2000]
                         await self.bus.publish(
                             self._subject(wire.HEARTBEAT),
-                            wire.Heartbeat(node_ids=ids[i : i + 2000]),
+                            wire.Heartbeat(node_ids=chunk, secrets=self._secrets_for(chunk)),
                         )
             await asyncio.sleep(max(self.heartbeat_ttl / 4, 0.05))
 
@@ -191,17 +206,30 @@ class ClientAgent:
             try:
                 reply = await self.bus.request(
                     self._subject(wire.NODE_ALLOCS),
-                    wire.NodeAllocs(node_ids=self.node_ids, index=self.index, wait=10.0),
+                    wire.NodeAllocs(
+                        node_ids=self.node_ids, index=self.index, wait=10.0, secrets=self.secrets
+                    ),
                     wire.NodeAllocsReply,
                     timeout=20.0,
                 )
             except ServiceError as exc:
                 log.debug("alloc poll failed", error=exc.message)
+                if exc.code == 403:
+                    await self._reregister()
                 await asyncio.sleep(0.2)
                 continue
             self.index = reply.index
             for a in reply.allocs:
                 await self._apply(a, reply.groups)
+
+    async def _reregister(self) -> None:
+        """The scheduler does not know our nodes (its state was reset): register again, as a
+        Nomad client does; refused when another node holds our ID with another secret."""
+        try:
+            await self.register()
+        except ServiceError as exc:
+            log.warning("node registration refused", error=exc.message)
+            await asyncio.sleep(2.0)
 
     async def _apply(self, alloc: dict[str, Any], groups: dict[str, Any]) -> None:
         runner = self.runners.get(alloc["ID"])
@@ -222,6 +250,13 @@ class ClientAgent:
                 self.drivers,
                 self.data_dir,
                 self._queue_update,
+                JobInfo(
+                    id=alloc["JobID"],
+                    name=str(info.get("JobName") or alloc["JobID"]),
+                    parent_id=str(info.get("ParentID") or ""),
+                    region=str(info.get("Region") or "global"),
+                    meta=info.get("Meta") or {},
+                ),
             )
             self.runners[alloc["ID"]] = runner
             runner.start()
@@ -252,10 +287,13 @@ class ClientAgent:
         items = list(pending.values())
         for i in range(0, len(items), UPDATE_BATCH):
             chunk = items[i : i + UPDATE_BATCH]
+            nodes = {
+                self.runners[u["ID"]].alloc["NodeID"] for u in chunk if u["ID"] in self.runners
+            }
             try:
                 await self.bus.request(
                     self._subject(wire.ALLOC_UPDATE),
-                    wire.AllocUpdate(updates=chunk),
+                    wire.AllocUpdate(updates=chunk, secrets=self._secrets_for(nodes)),
                     wire.Ok,
                     timeout=15.0,
                 )

@@ -6,46 +6,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import time
 from collections.abc import Callable
 from typing import Any
 
 from services.scheduler.client.drivers import Driver
 from services.scheduler.client.events import rfc3339
+from services.scheduler.client.taskdir import RunAs, UserError, build_alloc_dir, resolve_user
+from services.scheduler.client.taskenv import JobInfo, TaskDirs, build_task_env, interpolate
 from services.scheduler.client.taskrunner import TaskRunner
-
-_VAR = re.compile(r"\$\{([^}]+)\}")
-
-
-def interpolate(value: Any, env: dict[str, str], node: dict[str, Any]) -> Any:
-    """Runtime interpolation the job parser left for the client: NOMAD_*, env, node, attr."""
-    if isinstance(value, str):
-
-        def sub(m: re.Match[str]) -> str:
-            key = m.group(1).strip()
-            if key in env:
-                return env[key]
-            if key.startswith("env."):
-                return env.get(key[4:], "")
-            if key == "node.unique.id":
-                return node.get("ID", "")
-            if key == "node.unique.name":
-                return node.get("Name", "")
-            if key == "node.datacenter":
-                return node.get("Datacenter", "")
-            if key.startswith("attr."):
-                return str((node.get("Attributes") or {}).get(key[5:], ""))
-            if key.startswith("meta."):
-                return str((node.get("Meta") or {}).get(key[5:], ""))
-            return m.group(0)
-
-        return _VAR.sub(sub, value)
-    if isinstance(value, list):
-        return [interpolate(v, env, node) for v in value]
-    if isinstance(value, dict):
-        return {k: interpolate(v, env, node) for k, v in value.items()}
-    return value
 
 
 class AllocRunner:
@@ -58,11 +27,14 @@ class AllocRunner:
         drivers: dict[str, Driver],
         data_dir: str,
         on_update: Callable[[str, dict[str, Any]], None],
+        job: JobInfo | None = None,
     ) -> None:
         self.alloc = alloc
         self.group = group
         self.node = node
         self.on_update = on_update
+        self.data_dir = data_dir
+        self.job = job or JobInfo(id=alloc["JobID"])
         self.alloc_dir = os.path.join(data_dir, "alloc", alloc["ID"])
         self.batch = job_type in ("batch", "sysbatch")
         self.health: bool | None = None
@@ -70,28 +42,10 @@ class AllocRunner:
         self._health_task: asyncio.Task[None] | None = None
         self._last_status = ""
         self.tasks: dict[str, TaskRunner] = {}
-        name = alloc.get("Name", "")
-        idx = name[name.rfind("[") + 1 : -1] if name.endswith("]") else "0"
         for task in group.get("Tasks") or []:
-            task_dir = os.path.join(self.alloc_dir, task["Name"])
-            env = {
-                "NOMAD_ALLOC_ID": alloc["ID"],
-                "NOMAD_ALLOC_NAME": name,
-                "NOMAD_ALLOC_INDEX": idx,
-                "NOMAD_JOB_ID": alloc["JobID"],
-                "NOMAD_JOB_NAME": alloc["JobID"],
-                "NOMAD_GROUP_NAME": alloc["TaskGroup"],
-                "NOMAD_TASK_NAME": task["Name"],
-                "NOMAD_NAMESPACE": alloc["Namespace"],
-                "NOMAD_DC": node.get("Datacenter", ""),
-                "NOMAD_REGION": "global",
-                "NOMAD_ALLOC_DIR": os.path.join(self.alloc_dir, "alloc"),
-                "NOMAD_TASK_DIR": os.path.join(task_dir, "local"),
-                "NOMAD_CPU_LIMIT": str((task.get("Resources") or {}).get("CPU", 0)),
-                "NOMAD_MEMORY_LIMIT": str((task.get("Resources") or {}).get("MemoryMB", 0)),
-            }
-            env.update(
-                {k: str(interpolate(v, env, node)) for k, v in (task.get("Env") or {}).items()}
+            dirs = TaskDirs(self.alloc_dir, os.path.join(self.alloc_dir, task["Name"]))
+            env = build_task_env(
+                alloc=alloc, job=self.job, group=group, task=task, node=node, dirs=dirs
             )
             config = interpolate(task.get("Config") or {}, env, node)
             self.tasks[task["Name"]] = TaskRunner(
@@ -100,11 +54,27 @@ class AllocRunner:
                 batch=self.batch,
                 config=config,
                 env=env,
-                task_dir=task_dir,
+                dirs=dirs,
                 on_change=self._changed,
             )
 
+    def _shared_owner(self) -> RunAs | None:
+        """The shared alloc/ dir belongs to the tasks' user when they all run as one."""
+        users = {str(t.get("User") or "") for t in self.group.get("Tasks") or []}
+        if len(users) != 1 or "" in users:
+            return None
+        try:
+            return resolve_user(users.pop())
+        except UserError:
+            return None  # the task's own setup reports it
+
     def start(self) -> None:
+        if any(getattr(tr.driver, "needs_dirs", False) for tr in self.tasks.values()):
+            # On failure each task's own setup fails and says why.
+            with contextlib.suppress(OSError):
+                build_alloc_dir(
+                    self.data_dir, TaskDirs(self.alloc_dir, self.alloc_dir), self._shared_owner()
+                )
         for tr in self.tasks.values():
             tr.start()
         if self.alloc.get("DeploymentID"):

@@ -11,6 +11,8 @@ from typing import Any
 
 from services.scheduler.client import events as ev
 from services.scheduler.client.drivers import Driver, DriverError, ExitResult, TaskHandle
+from services.scheduler.client.taskdir import RunAs, UserError, build_task_dir, resolve_user
+from services.scheduler.client.taskenv import TaskDirs
 
 MAX_EVENTS = 10  # Nomad keeps the last 10 events per task
 
@@ -24,7 +26,7 @@ class TaskRunner:
         batch: bool,
         config: dict[str, Any],
         env: dict[str, str],
-        task_dir: str,
+        dirs: TaskDirs,
         on_change: Callable[[], None],
     ) -> None:
         self.task = task
@@ -32,7 +34,9 @@ class TaskRunner:
         self.batch = batch
         self.config = config
         self.env = env
-        self.task_dir = task_dir
+        self.dirs = dirs
+        self.task_dir = dirs.task
+        self.run_as = RunAs()
         self.on_change = on_change
         self.state = ev.task_state()
         self.handle: TaskHandle | None = None
@@ -52,8 +56,31 @@ class TaskRunner:
     def dead(self) -> bool:
         return self.state["State"] == "dead"
 
+    def _setup(self) -> bool:
+        """Nomad's task dir hook: the task's user and its private directories."""
+        if self.driver is None or not getattr(self.driver, "needs_dirs", False):
+            return True
+        try:
+            self.run_as = resolve_user(str(self.task.get("User") or ""))
+            build_task_dir(self.dirs, self.run_as)
+        except (UserError, OSError) as exc:
+            msg = str(exc) if isinstance(exc, UserError) else f"{exc.strerror}: {exc.filename}"
+            self.emit(
+                ev.event(
+                    "Setup Failure",
+                    f"failed to setup task: {msg}",
+                    setup_error=msg,
+                    fails_task=True,
+                )
+            )
+            return False
+        return True
+
     async def _run(self) -> None:
         self.emit(ev.event(*ev.SETUP))
+        if not self._setup():
+            self._finish(failed=True)
+            return
         policy = self.task.get("RestartPolicy") or {}
         while not self._kill.is_set():
             result = await self._attempt()
@@ -87,7 +114,9 @@ class TaskRunner:
             self.state["Failed"] = True
             return None
         try:
-            self.handle = await self.driver.start(self.task, self.config, self.env, self.task_dir)
+            self.handle = await self.driver.start(
+                self.task, self.config, self.env, self.task_dir, self.run_as
+            )
         except DriverError as exc:
             self.emit(ev.event("Driver Failure", str(exc), driver_error=str(exc)))
             return ExitResult(exit_code=1, err=str(exc))

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from services.scheduler import acl_bootstrap, nodeauth
 from services.scheduler.admit import spec_changed
 from services.scheduler.placement.resources import Res, alloc_res, node_capacity
 from services.scheduler.state.tables import (
@@ -482,10 +483,14 @@ class SchedulerFSM:
         failed_jobs: set[str] = set()
         health_jobs: dict[str, str] = {}
         freed = False
+        # The nodes whose secrets the RPC checked; older entries carry none and trust all.
+        authed = set(p["node_ids"]) if "node_ids" in p else None
         for up in p["updates"]:
             old = self.t.allocs.get(up["ID"])
             if old is None or old["ClientStatus"] == "lost":
                 continue  # a lost allocation was already replaced; late reports don't revive it
+            if authed is not None and old["NodeID"] not in authed:
+                continue  # a node reports only on its own allocations
             a = dict(old)
             for f in ("ClientStatus", "ClientDescription", "TaskStates", "NetworkStatus"):
                 if f in up:
@@ -626,6 +631,9 @@ class SchedulerFSM:
 
     def _node_register(self, index: int, entry: LogEntry, p: dict[str, Any]) -> dict[str, Any]:
         nodes = p.get("nodes") or [p["node"]]
+        for n in nodes:  # check every node before changing any: a refused entry changes nothing
+            if not nodeauth.may_register(self.t.nodes.get(n["ID"]), n.get(nodeauth.HASH_FIELD, "")):
+                raise ApplyError(403, nodeauth.REGISTER_MISMATCH)
         for n in nodes:
             old = self.t.nodes.get(n["ID"])
             node = dict(n)
@@ -687,11 +695,17 @@ class SchedulerFSM:
     # -- ACLs
 
     def _acl_bootstrap(self, index: int, entry: LogEntry, p: dict[str, Any]) -> dict[str, Any]:
-        reset = int(p.get("reset_index") or 0)
-        if self.t.acl_bootstrap_index and reset != self.t.acl_bootstrap_index:
-            raise ApplyError(
-                400, f"ACL bootstrap already done (reset index: {self.t.acl_bootstrap_index})"
-            )
+        if p.get("configured"):
+            # A management token from the configuration is the bootstrap: record it once, so
+            # its index is the reset index an operator names in the reset file.
+            if not self.t.acl_bootstrap_index:
+                self.t.acl_bootstrap_index = index
+            return {"reset_index": self.t.acl_bootstrap_index}
+        refusal = acl_bootstrap.apply_refusal(
+            self.t.acl_bootstrap_index, int(p.get("reset_index") or 0)
+        )
+        if refusal:
+            raise ApplyError(400, refusal)
         self.t.acl_bootstrap_index = index
         token = self._put_token(index, entry, p["token"])
         return token

@@ -13,7 +13,6 @@ secret id with N uses gives N logins across all replicas, never more.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import re
 import time
@@ -23,6 +22,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from services.secrets.auth.exact import equal, go_trim_space
 from services.secrets.auth.token_params import (
     TokenInput,
     TokenParams,
@@ -427,7 +427,7 @@ class AppRoleBackend(Backend):
             if got is None:
                 raise bad_request(INVALID_LOGIN)
             entry, rev = got
-            if not hmac.compare_digest(entry.hmac, secret_hmac):
+            if not equal(entry.hmac, secret_hmac):
                 raise bad_request(INVALID_LOGIN)
             now = time.time()
             if entry.spent or entry.expired(now):
@@ -575,14 +575,18 @@ class AppRoleBackend(Backend):
             )
 
         async def login(req: Request, f: LoginFields) -> Response:
-            if not f.role_id:
+            # Vault trims Go whitespace from both ids and nothing else: a NUL stays part of
+            # the value, and the ids are then compared on their exact bytes.
+            role_id = go_trim_space(f.role_id)
+            secret_id = go_trim_space(f.secret_id)
+            if not role_id:
                 raise bad_request("missing role_id")
-            ref = await self.storage.get(f"role-id/{self._hmac('role-id', f.role_id)}")
+            ref = await self.storage.get(f"role-id/{self._hmac('role-id', role_id)}")
             role = None
             if ref is not None:
                 got = await self.storage.get_obj_entry(f"role/{ref.decode()}", RoleEntry)
                 role = got[0] if got else None
-            if role is None or not hmac.compare_digest(role.role_id.encode(), f.role_id.encode()):
+            if role is None or not equal(role.role_id, role_id):
                 raise bad_request(INVALID_LOGIN)
             if not addr_allowed(req.remote_addr, role.secret_id_bound_cidrs):
                 raise bad_request(
@@ -591,9 +595,9 @@ class AppRoleBackend(Backend):
             metadata: dict[str, str] = {}
             token_cidrs = role.token_bound_cidrs
             if role.bind_secret_id:
-                if not f.secret_id:
+                if not secret_id:
                     raise bad_request("missing secret_id")
-                entry = await self._consume(role, f.secret_id, req.remote_addr)
+                entry = await self._consume(role, secret_id, req.remote_addr)
                 metadata.update(entry.metadata)
                 token_cidrs = entry.token_bound_cidrs or token_cidrs
             if not addr_allowed(req.remote_addr, token_cidrs):
@@ -601,7 +605,12 @@ class AppRoleBackend(Backend):
             metadata["role_name"] = role.name
             return Response(
                 auth=login_auth(
-                    role, req, display_name="", metadata=metadata, internal={"role_name": role.name}
+                    role,
+                    req,
+                    display_name="",
+                    metadata=metadata,
+                    internal={"role_name": role.name},
+                    bound_cidrs=token_cidrs,
                 )
             )
 

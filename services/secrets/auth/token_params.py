@@ -83,6 +83,8 @@ def addr_allowed(remote_addr: str, cidrs: list[str]) -> bool:
         addr = ipaddress.ip_address(remote_addr.strip().strip("[]"))
     except ValueError:
         return False  # an unknown source cannot satisfy a restriction
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped  # ::ffff:a.b.c.d is a.b.c.d, as Go's net.IPNet sees it
     for cidr in cidrs:
         try:
             if addr in parse_network(cidr):
@@ -171,6 +173,7 @@ def login_auth(
     display_name: str,
     metadata: dict[str, str],
     internal: dict[str, Any] | None = None,
+    bound_cidrs: list[str] | None = None,
 ) -> AuthSpec:
     """The AuthSpec of a successful login; the core turns it into a token (and applies the
     mount's limits)."""
@@ -186,4 +189,5 @@ def login_auth(
         no_default_policy=params.token_no_default_policy,
         token_type="service",
         internal=internal or {},
+        bound_cidrs=list(params.token_bound_cidrs if bound_cidrs is None else bound_cidrs),
     )

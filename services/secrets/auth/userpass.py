@@ -3,11 +3,18 @@
 Users live at `user/<lowercased name>` in the mount's (encrypted) storage. A password is stored
 only as an scrypt hash with a per-user random salt; the KDF runs in a worker thread, bounded by
 a semaphore, so logins never block the event loop and a flood cannot exhaust memory.
+
+scrypt keys HMAC-SHA256 (inside PBKDF2) with the password, and HMAC pads a key shorter than its
+block with zero bytes: scrypt("s3cret") == scrypt("s3cret\0"). Hashes of version 2 therefore
+derive from the password's exact bytes followed by a 0x01 terminator, which no NUL suffix can
+imitate. Version-1 hashes (the raw password) still verify, but never for a password that ends
+in NUL, and a successful login moves them to version 2.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import os
 import re
@@ -16,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import msgspec
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
+from services.secrets.auth.exact import secret_bytes
 from services.secrets.auth.token_params import (
     TokenInput,
     TokenParams,
@@ -26,7 +34,13 @@ from services.secrets.auth.token_params import (
     take_deprecated,
     token_data,
 )
-from services.secrets.errors import bad_request, not_found, permission_denied, unsupported_path
+from services.secrets.errors import (
+    SecretsError,
+    bad_request,
+    not_found,
+    permission_denied,
+    unsupported_path,
+)
 from services.secrets.framework.backend import Backend
 from services.secrets.framework.fields import CommaList, Duration, desc
 from services.secrets.framework.path import NoFields, Op, Operation, Path, write
@@ -44,6 +58,7 @@ SCRYPT_R = 8
 SCRYPT_P = 1
 KEY_LEN = 32
 SALT_LEN = 16
+HASH_VERSION = 2
 # Vault's GenericNameRegex: word characters, with dots and dashes inside.
 _NAME = re.compile(r"\w(?:[\w.-]*\w)?")
 # Names become storage keys (NATS subjects, with a 4 KiB control line): keep them short.
@@ -65,6 +80,8 @@ class PasswordHash(msgspec.Struct, kw_only=True):
     p: int
     salt: bytes
     key: bytes
+    # 1: scrypt over the raw password (legacy); 2: over the password and a 0x01 terminator.
+    v: int = 1
 
 
 class UserEntry(TokenParams, kw_only=True):
@@ -97,34 +114,42 @@ class PoliciesFields(msgspec.Struct, kw_only=True):
     policies: Annotated[CommaList, desc("deprecated: use token_policies")] | None = None
 
 
-def _derive(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
-    return Scrypt(salt=salt, length=KEY_LEN, n=n, r=r, p=p).derive(password.encode())
+def _kdf_input(password: str, version: int) -> bytes:
+    raw = secret_bytes(password)
+    return raw + b"\x01" if version >= 2 else raw
+
+
+def _derive(password: str, salt: bytes, n: int, r: int, p: int, version: int) -> bytes:
+    return Scrypt(salt=salt, length=KEY_LEN, n=n, r=r, p=p).derive(_kdf_input(password, version))
 
 
 def hash_password(password: str) -> PasswordHash:
     """Blocking: call through a thread."""
     salt = os.urandom(SALT_LEN)
-    return PasswordHash(
-        n=SCRYPT_N,
-        r=SCRYPT_R,
-        p=SCRYPT_P,
-        salt=salt,
-        key=_derive(password, salt, SCRYPT_N, SCRYPT_R, SCRYPT_P),
-    )
+    key = _derive(password, salt, SCRYPT_N, SCRYPT_R, SCRYPT_P, HASH_VERSION)
+    return PasswordHash(n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P, salt=salt, key=key, v=HASH_VERSION)
 
 
 def verify_password(stored: PasswordHash, password: str) -> bool:
     """Blocking: call through a thread. Constant-time comparison of the derived keys."""
-    if stored.alg != "scrypt":
+    if stored.alg != "scrypt" or stored.v not in (1, 2):
         return False
-    derived = _derive(password, stored.salt, stored.n, stored.r, stored.p)
-    return hmac.compare_digest(derived, stored.key)
+    # A version-1 hash cannot tell "pw" from "pw\0": refuse the ambiguous candidate (after the
+    # same work, so timing says nothing).
+    ambiguous = stored.v == 1 and password.endswith("\x00")
+    derived = _derive(password, stored.salt, stored.n, stored.r, stored.p, stored.v)
+    return hmac.compare_digest(derived, stored.key) and not ambiguous
 
 
 # A stand-in hash for unknown users: the same work is done whether or not the user exists, so
 # the response time does not tell which.
 _DUMMY = PasswordHash(
-    n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P, salt=os.urandom(SALT_LEN), key=os.urandom(KEY_LEN)
+    n=SCRYPT_N,
+    r=SCRYPT_R,
+    p=SCRYPT_P,
+    salt=os.urandom(SALT_LEN),
+    key=os.urandom(KEY_LEN),
+    v=HASH_VERSION,
 )
 
 
@@ -158,6 +183,19 @@ class UserpassBackend(Backend):
     async def _verify(self, stored: PasswordHash, password: str) -> bool:
         async with self._kdf_slots:
             return await asyncio.to_thread(verify_password, stored, password)
+
+    async def _upgrade(self, name: str, old: PasswordHash, password: str) -> None:
+        """Rehash a legacy (version-1) password after a successful login. Best effort: a
+        concurrent change of the user wins, and the next login tries again."""
+        new_hash = await self._hash(password)
+
+        def change(current: UserEntry | None) -> UserEntry:
+            if current is None or current.password != old:
+                raise bad_request("changed meanwhile")
+            return msgspec.structs.replace(current, password=new_hash)
+
+        with contextlib.suppress(SecretsError):
+            await self._change(name, change)
 
     async def _user(self, name: str) -> tuple[UserEntry, int] | None:
         return await self.storage.get_obj_entry(f"user/{name}", UserEntry)
@@ -283,6 +321,8 @@ class UserpassBackend(Backend):
             user = got[0]
             if not await self._verify(user.password, f.password):
                 raise bad_request(INVALID_LOGIN)
+            if user.password.v < HASH_VERSION:
+                await self._upgrade(name, user.password, f.password)
             if not addr_allowed(req.remote_addr, user.token_bound_cidrs):
                 raise permission_denied()
             return Response(

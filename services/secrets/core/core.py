@@ -108,7 +108,7 @@ class Core:
     # ---- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
         await self.bus.serve(
-            subjects.SEAL_CHANGED.on(self.settings.cluster_name), self._on_invalidate, Invalidate
+            subjects.SEAL_CHANGED.on(self.settings.cluster_name), self._on_invalidate, bytes
         )
         # DR mode first (issue 5): a DR secondary must not unseal by itself and write.
         from services.replication.link import link_of
@@ -154,13 +154,14 @@ class Core:
     async def broadcast_invalidate(self, what: str) -> None:
         if what == "policies":
             self.policies.invalidate()
-        await self.bus.publish(
-            subjects.SEAL_CHANGED.on(self.settings.cluster_name),
-            Invalidate(what=what, origin=self.seal.node_id),
+        await self.seal.broadcast(
+            subjects.SEAL_CHANGED, Invalidate(what=what, origin=self.seal.node_id)
         )
 
-    async def _on_invalidate(self, msg: Invalidate, _ctx: object) -> None:
-        if msg.origin == self.seal.node_id or self.barrier.sealed:
+    async def _on_invalidate(self, box: bytes, _ctx: object) -> None:
+        # Sealed by a replica, or ignored: an invalidation makes every replica reload.
+        msg = self.seal.open(subjects.SEAL_CHANGED.on(self.settings.cluster_name), box, Invalidate)
+        if msg is None or msg.origin == self.seal.node_id or self.barrier.sealed:
             return
         if msg.what.startswith("token:"):
             self.tokens.invalidate_local(msg.what[len("token:") :])
@@ -297,7 +298,9 @@ class Core:
         table = self.table(ns)
         if full not in table.entries:
             return
-        await self.expiration.revoke_prefix(full, force=True)
+        # Leases of this namespace only (another namespace may have a mount at the same path);
+        # for an auth method these are the leases of its tokens, whose trees go with them.
+        await self.expiration.revoke_prefix(full, force=True, namespace_id=ns.id)
         await self._change_doc(ns, auth, lambda doc: _drop(doc, full))
         backend = table.remove(full)
         if backend is not None:
@@ -330,6 +333,9 @@ class Core:
         if clash and clash != src:
             raise bad_request(f"path is already in use at {clash}")
         moved = msgspec.structs.replace(entry, path=dst)
+        # As Vault: leases (and the tokens of an auth method) do not move with the mount; they
+        # are revoked, so no token or dynamic secret lives on under a path that is gone.
+        await self.expiration.revoke_prefix(src, force=True, namespace_id=ns.id)
 
         def change(doc: MountTableDoc) -> None:
             doc.entries = [moved if e.path == src else e for e in doc.entries]

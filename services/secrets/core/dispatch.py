@@ -7,7 +7,6 @@ with an `errors` body; anything unexpected is logged and answered 500 without in
 
 from __future__ import annotations
 
-import json
 import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote
@@ -16,6 +15,7 @@ import msgspec
 import nats.errors
 import structlog
 
+from services.secrets.auth.token_params import addr_allowed
 from services.secrets.core.namespaces import ROOT
 from services.secrets.core.tokens import TokenEntry, random_b62
 from services.secrets.errors import (
@@ -29,6 +29,7 @@ from services.secrets.framework.durations import parse_duration
 from services.secrets.framework.help import help_document
 from services.secrets.framework.path import Op
 from services.secrets.framework.request import AuthSpec, Request, Response
+from shared import jsonbody
 from shared.errors import ServiceError
 from shared.messages import HttpRequest, HttpResponse
 from shared.storage import KeyTooLong
@@ -99,15 +100,18 @@ def _parse_body(env: HttpRequest) -> dict[str, Any]:
     if not env.body or not env.body.strip():
         return {}
     try:
-        data = json.loads(env.body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise bad_request(f"failed to parse JSON input: {exc}") from None
-    except RecursionError:
-        raise bad_request("failed to parse JSON input: nested too deeply") from None
+        # The shared policy. Integers past 64 bits stay exact (KV data round-trips them, where
+        # OpenBao would round them to floats); typed fields refuse them as OpenBao does.
+        data = jsonbody.decode(env.body, wide_ints="keep")
+    except jsonbody.BodyError as exc:
+        # OpenBao's two wordings: complexity limits, and everything else.
+        if exc.problem is jsonbody.Problem.DEPTH:
+            raise bad_request(f"refused JSON input due to high complexity: {exc.detail}") from None
+        raise bad_request(f"failed to decode JSON input: {exc.detail}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise bad_request("failed to parse JSON input: the body must be a JSON object")
+        raise bad_request("failed to decode JSON input: the body must be a JSON object")
     return data
 
 
@@ -205,7 +209,7 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
     )
 
     if want_help:
-        entry = await _authenticate(core, token_id)
+        entry = await _authenticate(core, token_id, env.remote_addr)
         if entry is None:
             raise permission_denied()
         doc = help_document(backend, rel, mount_path, ns)
@@ -227,7 +231,7 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
         )
 
     if not spec.unauthenticated:
-        entry = await _authenticate(core, token_id)
+        entry = await _authenticate(core, token_id, env.remote_addr)
         if entry is None:
             raise permission_denied()
         acl_path = _acl_path(core, entry, ns, ns_path)
@@ -241,7 +245,7 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
             raise permission_denied()
         req.token = used
     elif token_id and not sealed_now:
-        req.token = await _authenticate(core, token_id)
+        req.token = await _authenticate(core, token_id, env.remote_addr)
 
     resp = await backend.call(routed, op, req, fields)
     if req.token is not None and req.token.num_uses == -1:
@@ -253,11 +257,14 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
     return await _render(core, env, req, backend, resp)
 
 
-async def _authenticate(core: Core, token_id: str) -> TokenEntry | None:
+async def _authenticate(core: Core, token_id: str, remote_addr: str) -> TokenEntry | None:
     if not token_id:
         return None
     entry = await core.tokens.lookup(token_id)
     if entry is None or entry.num_uses < 0:
+        return None
+    # A token bound to CIDRs (token_bound_cidrs of its login) works only from them, as Vault.
+    if not addr_allowed(remote_addr, entry.bound_cidrs):
         return None
     return entry
 
@@ -379,13 +386,14 @@ async def _login(core: Core, req: Request, spec: AuthSpec) -> dict[str, Any]:
     policies = sorted(set(spec.policies) | (set() if spec.no_default_policy else {"default"}))
     if "root" in spec.policies:
         policies = ["root"]
-    mount_type = mount.type if mount else "token"
+    # Vault names a login token after the mount it came from: `<mount path>-<name>`.
+    source = req.mount_path.removeprefix("auth/").replace("/", "-")
     entry = TokenEntry(
         id=core.tokens.new_id(req.namespace),
         accessor=random_b62(),
         policies=policies,
         meta=spec.metadata or None,
-        display_name=f"{mount_type}-{spec.display_name}".rstrip("-"),
+        display_name=f"{source}{spec.display_name}".rstrip("-"),
         path=req.full_path,
         creation_time=time.time(),
         ttl=ttl,
@@ -396,6 +404,7 @@ async def _login(core: Core, req: Request, spec: AuthSpec) -> dict[str, Any]:
         orphan=True,
         namespace_id=req.namespace.id,
         internal={k: str(v) for k, v in spec.internal.items()},
+        bound_cidrs=list(spec.bound_cidrs),
     )
     await core.tokens.create(entry)
     return auth_block(entry)
@@ -407,7 +416,6 @@ def auth_block(entry: TokenEntry) -> dict[str, Any]:
         "accessor": entry.accessor,
         "policies": entry.policies,
         "token_policies": entry.policies,
-        "identity_policies": None,
         "metadata": entry.meta,
         "lease_duration": entry.ttl,
         "renewable": entry.renewable,

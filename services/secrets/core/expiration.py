@@ -2,8 +2,15 @@
 minute it falls due; the leader (one replica, by a lease in KV) walks only the due minutes, so
 expiry does not scan everything and does not depend on the replica that issued the lease.
 
-Keys (root barrier): `sys/expire/id/<lease_id>` the lease, `sys/expire/token/<token>/<h>` the
-leases of a token, `sys/expire/at/<minute>/<unix>-<h>` the schedule.
+Keys (root barrier): `sys/expire/id/<lease_id>` a lease of the root namespace,
+`sys/expire/ns/<nsid>/id/<lease_id>` one of a child namespace (its id ends in `.<nsid>`, as
+Vault's), `sys/expire/token/<token>/<h>` the leases of a token, `sys/expire/at/<minute>/<unix>-<h>`
+the schedule.
+
+Every token also has a lease, as in Vault: `<token path>/h<hmac(token)>` (a login's is under
+`auth/<mount>/login/...`), so that revoking a lease prefix, or disabling the mount a token came
+from, revokes the token and its children. The token's own schedule entry drives its expiry; its
+lease records where it came from and mirrors its times for `sys/leases/lookup`.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger("expiration")
 
 MAX_REVOKE_ATTEMPTS = 6
+# Set once every token created before tokens had leases has one.
+LEGACY_DONE = "migrations/token-leases"
 
 
 class LeaseEntry(msgspec.Struct, kw_only=True):
@@ -41,8 +50,10 @@ class LeaseEntry(msgspec.Struct, kw_only=True):
     last_renewal: float = 0.0
     max_expire_time: float = 0.0
     renewable: bool = True
-    token: str = ""  # hmac of the token that created it
+    token: str = ""  # hmac of the token that created it; of the token itself for `auth`
     revoke_attempts: int = 0
+    # The lease of a token (Vault's auth lease): revoking it revokes the token tree.
+    auth: bool = False
 
 
 class Scheduled(msgspec.Struct, kw_only=True):
@@ -54,6 +65,22 @@ class Scheduled(msgspec.Struct, kw_only=True):
 
 def _h(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()[:32]
+
+
+def _namespace_of(lease_id: str) -> str:
+    """Vault suffixes the ids of leases issued in a child namespace with `.<namespace id>`;
+    random parts and salted token ids never hold a dot."""
+    last = lease_id.rsplit("/", 1)[-1]
+    return last.rsplit(".", 1)[1] if "." in last else "root"
+
+
+def _folder(namespace_id: str) -> str:
+    # Each namespace lists only its own leases, as Vault's per-namespace lease views do.
+    return "id/" if namespace_id == "root" else f"ns/{namespace_id}/id/"
+
+
+def _key(lease_id: str) -> str:
+    return _folder(_namespace_of(lease_id)) + lease_id
 
 
 def _slot(due: float, ref: str) -> str:
@@ -91,8 +118,9 @@ class ExpirationManager:
         token: str,
     ) -> LeaseEntry:
         now = time.time()
+        lease_id = f"{path.rstrip('/')}/{random_b62()}"
         lease = LeaseEntry(
-            lease_id=f"{path.rstrip('/')}/{random_b62()}",
+            lease_id=lease_id if namespace_id == "root" else f"{lease_id}.{namespace_id}",
             path=path,
             namespace_id=namespace_id,
             mount_path=mount_path,
@@ -104,7 +132,7 @@ class ExpirationManager:
             renewable=renewable,
             token=token,
         )
-        await self.view.put_obj(f"id/{lease.lease_id}", lease)
+        await self.view.put_obj(_key(lease.lease_id), lease)
         if token:
             await self.view.put(f"token/{token}/{_h(lease.lease_id)}", lease.lease_id.encode())
         await self._schedule("lease", lease.lease_id, lease.expire_time, namespace_id)
@@ -116,6 +144,60 @@ class ExpirationManager:
             Scheduled(kind=kind, ref=ref, namespace_id=namespace_id, due=due),
         )
         self._wake.set()
+
+    # ---- the leases of tokens -----------------------------------------------------------
+    def auth_lease_id(self, entry: TokenEntry) -> str:
+        lease_id = f"{entry.path.strip('/')}/h{self.core.tokens.hash(entry.id)}"
+        return lease_id if entry.namespace_id == "root" else f"{lease_id}.{entry.namespace_id}"
+
+    async def register_auth(self, entry: TokenEntry, mount_path: str) -> LeaseEntry:
+        """The lease of a new token. Not scheduled: the token's own expiry revokes it."""
+        lease = LeaseEntry(
+            lease_id=self.auth_lease_id(entry),
+            path=entry.path,
+            namespace_id=entry.namespace_id,
+            mount_path=mount_path,
+            secret_type="",
+            issue_time=entry.creation_time,
+            expire_time=entry.expire_time,
+            renewable=entry.renewable,
+            token=self.core.tokens.hash(entry.id),
+            auth=True,
+        )
+        await self.view.put_obj(_key(lease.lease_id), lease)
+        return lease
+
+    async def renewed_auth(self, entry: TokenEntry) -> None:
+        """Mirror a token renewal into its lease."""
+        lease = await self.get(self.auth_lease_id(entry))
+        if lease is not None and lease.auth:
+            lease.expire_time = entry.expire_time
+            lease.last_renewal = time.time()
+            await self.view.put_obj(_key(lease.lease_id), lease)
+
+    async def forget_auth(self, entry: TokenEntry) -> None:
+        """Drop a revoked token's lease (the token store calls this while revoking)."""
+        await self.view.delete(_key(self.auth_lease_id(entry)))
+
+    async def lease_legacy_tokens(self) -> int:
+        """Once per cluster: give a lease to every token created before tokens had leases, so
+        disabling its auth mount or revoking its prefix reaches it too. Returns how many."""
+        if await self.view.get(LEGACY_DONE) is not None:
+            return 0
+        added = 0
+        for ns in list(self.core.namespaces.by_id.values()):
+            tv = self.core.namespaces.view(ns).sub("sys/token/")
+            for key in await tv.list("id/"):
+                entry = await tv.get_obj(f"id/{key}", TokenEntry)
+                if entry is None or await self.get(self.auth_lease_id(entry)) is not None:
+                    continue
+                await self.register_auth(entry, self.core.tokens.mount_of(entry))
+                if await tv.get(f"id/{key}") is None:  # revoked meanwhile: no ghost lease
+                    await self.forget_auth(entry)
+                    continue
+                added += 1
+        await self.view.put(LEGACY_DONE, b"1")
+        return added
 
     async def register_token(self, entry: TokenEntry) -> None:
         if entry.expire_time:
@@ -132,13 +214,19 @@ class ExpirationManager:
 
     # ---- lookups ------------------------------------------------------------------------
     async def get(self, lease_id: str) -> LeaseEntry | None:
-        return await self.view.get_obj(f"id/{lease_id}", LeaseEntry)
+        return await self.view.get_obj(_key(lease_id), LeaseEntry)
 
-    async def list_prefix(self, prefix: str) -> list[str]:
-        return await self.view.list(f"id/{prefix}")
+    async def list_prefix(self, prefix: str, namespace_id: str = "root") -> list[str]:
+        """One level of a namespace's lease tree (its own leases only)."""
+        return await self.view.list(_folder(namespace_id) + prefix)
 
-    async def all_under(self, prefix: str) -> list[str]:
-        return [prefix + k for k in await self.view.list_all(f"id/{prefix}")]
+    async def all_under(self, prefix: str, namespace_id: str = "root") -> list[str]:
+        ids = [prefix + k for k in await self.view.list_all(_folder(namespace_id) + prefix)]
+        if namespace_id != "root":
+            # Leases of a child namespace issued before ids carried the namespace live with
+            # the root's; the caller filters them by namespace.
+            ids += [prefix + k for k in await self.view.list_all(_folder("root") + prefix)]
+        return ids
 
     # ---- renew / revoke -----------------------------------------------------------------
     async def renew(self, lease: LeaseEntry, increment: int) -> LeaseEntry:
@@ -155,7 +243,7 @@ class ExpirationManager:
         old_slot = _slot(lease.expire_time, lease.lease_id)
         lease.expire_time = new_expire
         lease.last_renewal = now
-        await self.view.put_obj(f"id/{lease.lease_id}", lease)
+        await self.view.put_obj(_key(lease.lease_id), lease)
         with contextlib.suppress(Exception):
             await self.view.delete(f"at/{old_slot}")
         await self._schedule("lease", lease.lease_id, new_expire, lease.namespace_id)
@@ -163,7 +251,11 @@ class ExpirationManager:
 
     async def revoke(self, lease: LeaseEntry, *, force: bool = False) -> None:
         """Ask the backend to revoke, then forget the lease. With force, forget it even when
-        the backend fails."""
+        the backend fails. The lease of a token revokes the token and its children."""
+        if lease.auth:
+            await self._revoke_token_of(lease)
+            await self.view.delete(_key(lease.lease_id))
+            return
         backend = self.core.backend_for_lease(lease)
         if backend is not None:
             st = backend.secret_types.get(lease.secret_type)
@@ -174,19 +266,40 @@ class ExpirationManager:
                     if not force:
                         raise
                     log.warning("forced revoke ignored a backend failure", lease=lease.lease_id)
-        await self.view.delete(f"id/{lease.lease_id}")
+        await self.view.delete(_key(lease.lease_id))
         if lease.token:
             await self.view.delete(f"token/{lease.token}/{_h(lease.lease_id)}")
         with contextlib.suppress(Exception):
             await self.view.delete(f"at/{_slot(lease.expire_time, lease.lease_id)}")
 
-    async def revoke_prefix(self, prefix: str, *, force: bool = False) -> int:
+    async def _revoke_token_of(self, lease: LeaseEntry) -> None:
+        ns = self.core.namespaces.by_id.get(lease.namespace_id)
+        if ns is None:
+            return
+        tv = self.core.namespaces.view(ns).sub("sys/token/")
+        entry = await tv.get_obj(f"id/{lease.token}", TokenEntry)
+        if entry is not None:
+            await self.core.tokens.revoke_tree(entry)
+
+    async def revoke_prefix(
+        self, prefix: str, *, force: bool = False, namespace_id: str | None = None
+    ) -> int:
+        """Vault's revoke-prefix: without a trailing slash, the lease with exactly that id if
+        there is one, else the prefix as a folder. Only leases of `namespace_id` (when given)
+        are touched. Without force the first backend failure stops the walk and raises."""
+        if prefix and not prefix.endswith("/"):
+            exact = await self.get(prefix)
+            if exact is not None and namespace_id in (None, exact.namespace_id):
+                await self.revoke(exact, force=force)
+                return 1
+            prefix += "/"
         count = 0
-        for lease_id in await self.all_under(prefix):
+        for lease_id in await self.all_under(prefix, namespace_id or "root"):
             lease = await self.get(lease_id)
-            if lease is not None:
-                await self.revoke(lease, force=force)
-                count += 1
+            if lease is None or namespace_id not in (None, lease.namespace_id):
+                continue  # gone meanwhile (a parent token's revocation took it), or not ours
+            await self.revoke(lease, force=force)
+            count += 1
         return count
 
     async def revoke_by_token(self, token_hash: str) -> None:
@@ -218,9 +331,15 @@ class ExpirationManager:
             self._stopping = False
 
     async def _run(self) -> None:
+        migrated = False
         while not self._stopping:
             try:
                 if self.is_leader() and not self.core.barrier.sealed:
+                    if not migrated:
+                        added = await self.lease_legacy_tokens()
+                        if added:
+                            log.info("leases given to tokens issued before leases", count=added)
+                        migrated = True
                     await self.tick(time.time())
             except asyncio.CancelledError:
                 raise
@@ -261,10 +380,10 @@ class ExpirationManager:
                 lease.revoke_attempts += 1
                 if lease.revoke_attempts >= MAX_REVOKE_ATTEMPTS:
                     log.error("lease is irrevocable", lease=lease.lease_id)
-                    await self.view.put_obj(f"id/{lease.lease_id}", lease)
+                    await self.view.put_obj(_key(lease.lease_id), lease)
                     return
                 backoff = 10 * 2 ** (lease.revoke_attempts - 1)
-                await self.view.put_obj(f"id/{lease.lease_id}", lease)
+                await self.view.put_obj(_key(lease.lease_id), lease)
                 await self._schedule("lease", lease.lease_id, now + backoff, lease.namespace_id)
             return
         ns = self.core.namespaces.by_id.get(item.namespace_id)

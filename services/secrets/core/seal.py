@@ -8,6 +8,10 @@ replicas unseal themselves.
 Across replicas: a share submitted to one replica is broadcast to all, so progress is the
 cluster's; a sealed replica that starts while the others are unsealed gets the keyring from a peer
 (X25519-encrypted to a key it made for that request); sealing one seals all.
+
+Every one of these messages is a sealed control box (shared/control.py) under the cluster's
+replica key: a NATS user without the cluster key can neither read a share nor make a replica
+act (seal, take a share, hand out the keyring); docs/bus-security.md.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import contextlib
 import os
 import secrets
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 import structlog
@@ -28,16 +32,21 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from services.crypto.client import register_crypto_key
 from services.secrets import shamir
 from services.secrets.errors import SecretsError, bad_request
 from services.secrets.keyring import BarrierError, Keyring, open_with, seal_with
 from shared import subjects
+from shared.cluster_identity import load_identity
+from shared.control import REPLICA, ControlBox, Rejected
 from shared.errors import ServiceError
 
 if TYPE_CHECKING:
     from services.secrets.core.core import Core
 
 log = structlog.get_logger("seal")
+
+M = TypeVar("M")
 
 SEAL_CONFIG = "core/seal-config"
 ROOT_KEY = "core/root-key"
@@ -100,6 +109,27 @@ class SealManager:
         self._lock = asyncio.Lock()
         self._handoff_task: asyncio.Task[None] | None = None
         self._storage = core.storage
+        self.identity = identity = load_identity(core.settings)
+        if identity.replica_key is None:
+            raise ServiceError(500, "the secrets service needs the cluster key (cluster_key_file)")
+        self.box = ControlBox(identity.replica_key, REPLICA)
+        if identity.crypto_key is not None:
+            register_crypto_key(core.settings.cluster_name, identity.crypto_key)
+
+    # ---- control messages --------------------------------------------------------------
+    async def broadcast(self, subject: subjects.Subject, message: Any) -> None:
+        """Publish a control message sealed for the other replicas."""
+        full = subject.on(self.core.settings.cluster_name)
+        await self.core.bus.publish(full, self.box.seal(full, msgspec.msgpack.encode(message)))
+
+    def open(self, subject: str, box: bytes, kind: type[M]) -> M | None:
+        """The message inside a control box, or None (logged) if a genuine replica did not
+        send it now: the receiver decides, whatever NATS let through."""
+        try:
+            return msgspec.msgpack.decode(self.box.open(subject, box), type=kind)
+        except (Rejected, msgspec.DecodeError) as exc:
+            log.warning("control message refused", subject=subject, reason=str(exc))
+            return None
 
     # ---- state -------------------------------------------------------------------------
     async def load_config(self) -> SealConfig | None:
@@ -181,9 +211,8 @@ class SealManager:
             if not self.sealed:
                 return
             if broadcast:
-                await self.core.bus.publish(
-                    subjects.SEAL_SHARE.on(self.core.settings.cluster_name),
-                    UnsealShare(share=share, origin=self.node_id),
+                await self.broadcast(
+                    subjects.SEAL_SHARE, UnsealShare(share=share, origin=self.node_id)
                 )
             threshold = self.config.secret_threshold
             if threshold == 1 or self.config.secret_shares == 1:
@@ -232,10 +261,7 @@ class SealManager:
         async with self._lock:
             self.explicitly_sealed = True
             if broadcast:
-                await self.core.bus.publish(
-                    subjects.SEAL_SEALED.on(self.core.settings.cluster_name),
-                    SealNotice(origin=self.node_id),
-                )
+                await self.broadcast(subjects.SEAL_SEALED, SealNotice(origin=self.node_id))
             if not self.sealed:
                 await self.core.pre_seal()
                 self.core.barrier.seal()
@@ -248,32 +274,44 @@ class SealManager:
         cluster = self.core.settings.cluster_name
         bus = self.core.bus
 
-        async def on_share(msg: UnsealShare, _ctx: object) -> None:
-            if msg.origin != self.node_id and self.sealed:
+        share_subject = subjects.SEAL_SHARE.on(cluster)
+        sealed_subject = subjects.SEAL_SEALED.on(cluster)
+        handoff_subject = subjects.SEAL_HANDOFF.on(cluster)
+
+        async def on_share(box: bytes, _ctx: object) -> None:
+            msg = self.open(share_subject, box, UnsealShare)
+            if msg is not None and msg.origin != self.node_id and self.sealed:
                 with contextlib.suppress(SecretsError, ServiceError):
                     await self.submit_share(msg.share, broadcast=False)
 
-        async def on_sealed(msg: SealNotice, _ctx: object) -> None:
-            if msg.origin != self.node_id:
+        async def on_sealed(box: bytes, _ctx: object) -> None:
+            msg = self.open(sealed_subject, box, SealNotice)
+            if msg is not None and msg.origin != self.node_id:
                 await self.seal(broadcast=False)
 
-        async def on_handoff(msg: HandoffRequest, _ctx: object) -> HandoffReply:
+        async def on_handoff(box: bytes, _ctx: object) -> bytes:
+            # The request must be sealed by a replica before any key material leaves.
+            msg = self.open(handoff_subject, box, HandoffRequest)
             keyring = self.core.barrier.keyring
-            if keyring is None or msg.origin == self.node_id or self.initializing:
-                return HandoffReply()
+            if msg is None or keyring is None or msg.origin == self.node_id or self.initializing:
+                return b""
             private = X25519PrivateKey.generate()
             key = _handoff_key(private, msg.public_key)
             nonce = os.urandom(12)
-            return HandoffReply(
+            reply = HandoffReply(
                 public_key=private.public_key().public_bytes_raw(),
                 sealed_keyring=AESGCM(key).encrypt(nonce, keyring.to_bytes(), msg.public_key),
                 nonce=nonce,
             )
+            # The reply is sealed too: a requester takes a keyring only from a replica.
+            return self.box.seal(
+                ControlBox.reply_context(handoff_subject, box), msgspec.msgpack.encode(reply)
+            )
 
-        await bus.serve(subjects.SEAL_SHARE.on(cluster), on_share, UnsealShare)
-        await bus.serve(subjects.SEAL_SEALED.on(cluster), on_sealed, SealNotice)
+        await bus.serve(share_subject, on_share, bytes)
+        await bus.serve(sealed_subject, on_sealed, bytes)
         # Not a queue group: a sealed replica must not be the only one asked.
-        await bus.serve(subjects.SEAL_HANDOFF.on(cluster), on_handoff, HandoffRequest)
+        await bus.serve(handoff_subject, on_handoff, bytes)
         await self.load_config()
         if self.config is not None and self.config.type == "static":
             await self._unsealed(await self._open_keyring(self.static_key()))
@@ -318,12 +356,11 @@ class SealManager:
             replies.put_nowait(msg.data)  # type: ignore[attr-defined]
 
         sub = await self.core.bus.nc.subscribe(inbox, cb=collect)
+        request = self.box.seal(
+            subject, msgspec.msgpack.encode(HandoffRequest(public_key=public, origin=self.node_id))
+        )
         try:
-            await self.core.bus.nc.publish(
-                subject,
-                msgspec.msgpack.encode(HandoffRequest(public_key=public, origin=self.node_id)),
-                reply=inbox,
-            )
+            await self.core.bus.nc.publish(subject, msgspec.msgpack.encode(request), reply=inbox)
             deadline = asyncio.get_running_loop().time() + 0.5
             while True:
                 remaining = deadline - asyncio.get_running_loop().time()
@@ -334,8 +371,11 @@ class SealManager:
                 except TimeoutError:
                     return None
                 with contextlib.suppress(Exception):
-                    reply = msgspec.msgpack.decode(data, type=HandoffReply)
-                    if reply.sealed_keyring:
+                    box = msgspec.msgpack.decode(data, type=bytes)
+                    if not box:  # a peer that has no keyring to give
+                        continue
+                    reply = self.open(ControlBox.reply_context(subject, request), box, HandoffReply)
+                    if reply is not None and reply.sealed_keyring:
                         key = _handoff_key(private, reply.public_key)
                         plain = AESGCM(key).decrypt(reply.nonce, reply.sealed_keyring, public)
                         return Keyring.from_bytes(plain)

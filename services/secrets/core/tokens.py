@@ -2,7 +2,11 @@
 
 Token ids never appear in storage keys: entries live at `sys/token/id/<hmac(id)>`, accessors at
 `sys/token/accessor/<hmac(accessor)>`, children at `sys/token/parent/<hmac(parent)>/<hmac>`.
-Comparisons are by HMAC, so no token is compared byte by byte with user input.
+Comparisons are by HMAC over the token's exact bytes, so no token is compared byte by byte with
+user input, and no suffix or encoding trick reaches another token's key.
+
+Every token gets a lease at `<path>/h<hmac>` (services/secrets/core/expiration.py): revoking that
+lease, a prefix above it, or the mount it came from revokes the token and its children.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from services.secrets.auth.exact import secret_bytes
 from services.secrets.core.mounts import DEFAULT_LEASE_TTL, MAX_LEASE_TTL
 
 if TYPE_CHECKING:
@@ -54,6 +59,8 @@ class TokenEntry(msgspec.Struct, kw_only=True):
     internal: dict[str, str] = {}
     # "wrapping" tokens carry a wrapped response in their own storage.
     purpose: str = ""
+    # CIDRs the token may be used from (its login's token_bound_cidrs); empty: anywhere.
+    bound_cidrs: list[str] = []
 
     def is_root(self) -> bool:
         return "root" in self.policies
@@ -111,7 +118,7 @@ class TokenStore:
         self.salt = got
 
     def hash(self, value: str) -> str:
-        return hmac.new(self.salt, value.encode(), hashlib.sha256).hexdigest()
+        return hmac.new(self.salt, secret_bytes(value), hashlib.sha256).hexdigest()
 
     def _view(self, namespace_id: str):  # type: ignore[no-untyped-def]
         ns = self.core.namespaces.by_id.get(namespace_id)
@@ -141,7 +148,14 @@ class TokenStore:
             await view.put(f"parent/{entry.parent}/{key}", b"")
         if entry.expire_time:
             await self.core.expiration.register_token(entry)
+        await self.core.expiration.register_auth(entry, self.mount_of(entry))
         return entry
+
+    def mount_of(self, entry: TokenEntry) -> str:
+        """The path of the mount a token came from ("" when it is gone)."""
+        ns = self.core.namespaces.by_id.get(entry.namespace_id)
+        mount = None if ns is None else self.core.table(ns).match(entry.path)
+        return mount.path if mount is not None else ""
 
     async def create_root(self, token_id: str = "") -> str:
         from services.secrets.core.namespaces import ROOT
@@ -283,6 +297,7 @@ class TokenStore:
         if entry.parent:
             await view.delete(f"parent/{entry.parent}/{key}")
         await self.core.expiration.forget_token(entry)
+        await self.core.expiration.forget_auth(entry)
         await self.core.wrapping.forget(key)
 
     # ---- lifetimes --------------------------------------------------------------------
@@ -300,4 +315,5 @@ class TokenStore:
         entry.expire_time = now + ttl if ttl else entry.expire_time
         await self.save(entry)
         await self.core.expiration.register_token(entry)
+        await self.core.expiration.renewed_auth(entry)
         return entry

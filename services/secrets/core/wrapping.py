@@ -11,6 +11,7 @@ import msgspec
 
 from services.secrets.core.tokens import TokenEntry, random_b62
 from services.secrets.errors import bad_request
+from shared.storage import CasConflict
 
 if TYPE_CHECKING:
     from services.secrets.core.core import Core
@@ -97,8 +98,22 @@ class WrappingManager:
             raise bad_request("wrapping token is not valid or does not exist")
         return entry, wrapped
 
+    async def _claim(self, token_id: str) -> tuple[TokenEntry, Wrapped]:
+        """Take the wrapped response out, once: of concurrent unwraps (on any replica) only the
+        one whose compare-and-delete succeeds gets it."""
+        entry = await self.core.tokens.lookup(token_id)
+        key = self.core.tokens.hash(token_id)
+        got = None if entry is None else await self.view.get_obj_entry(key, Wrapped)
+        if entry is None or got is None or entry.purpose != "wrapping":
+            raise bad_request("wrapping token is not valid or does not exist")
+        try:
+            await self.view.delete(key, got[1])
+        except CasConflict:
+            raise bad_request("wrapping token is not valid or does not exist") from None
+        return entry, got[0]
+
     async def unwrap(self, token_id: str) -> bytes:
-        entry, wrapped = await self._entry(token_id)
+        entry, wrapped = await self._claim(token_id)
         await self.core.tokens.revoke_tree(entry)
         return wrapped.response
 
@@ -111,7 +126,7 @@ class WrappingManager:
         }
 
     async def rewrap(self, token_id: str) -> dict[str, Any]:
-        entry, wrapped = await self._entry(token_id)
+        entry, wrapped = await self._claim(token_id)
         ns = self.core.namespaces.by_id.get(entry.namespace_id)
         assert ns is not None
         info = await self.wrap(

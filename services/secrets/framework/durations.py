@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600, "d": 86400}
+# Go's time.Duration is int64 nanoseconds: the longest duration any anchor holds.
+MAX_SECONDS = (2**63 - 1) // 10**9
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h|d)")
 
 
@@ -37,6 +39,8 @@ def parse_duration(value: object) -> int:
         pos = m.end()
     if pos != len(text) or pos == 0:
         raise ValueError(f"invalid duration {value!r}")
+    if total > MAX_SECONDS:  # also inf, from a unit with hundreds of digits
+        raise ValueError(f"duration {value!r} is out of range")
     return sign * int(total)
 
 

@@ -8,7 +8,6 @@ Unknown parameters are reported back as a warning, as Vault does, not rejected.
 
 from __future__ import annotations
 
-import json
 import types
 import typing
 from functools import cache
@@ -17,7 +16,8 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from services.secrets.framework.durations import parse_duration
+from services.secrets.framework.durations import MAX_SECONDS, parse_duration
+from shared import jsonbody
 
 DURATION = "duration"
 COMMA_LIST = "comma_list"
@@ -73,6 +73,7 @@ def field_specs(struct: type[msgspec.Struct]) -> dict[str, tuple[Any, str | None
     return {f.encode_name: _unwrap(hints[f.name]) for f in msgspec.structs.fields(struct)}
 
 
+_INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 _TRUE = {"1", "t", "true", "yes", "on", "y"}
 _FALSE = {"", "0", "f", "false", "no", "off", "n"}
 
@@ -85,6 +86,10 @@ def _weak(name: str, value: Any, base: Any, weak: str | None) -> Any:
             raise FieldError(f"error converting input for field {name!r}: {exc}") from None
         if seconds < 0:
             raise FieldError(f"field {name!r} cannot be a negative duration")
+        if seconds > MAX_SECONDS:
+            raise FieldError(
+                f"field {name!r}: a duration of {seconds} seconds overflows (at most {MAX_SECONDS})"
+            )
         return seconds
     if weak == COMMA_LIST:
         if isinstance(value, str):
@@ -119,15 +124,18 @@ def _weak(name: str, value: Any, base: Any, weak: str | None) -> Any:
         if isinstance(value, bool):
             return int(value)
         if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
+            value = int(value)
+        elif isinstance(value, str):
             text = value.strip()
             if text == "":
                 return 0
             try:
-                return int(text, 0) if text.lower().startswith(("0x", "0o", "0b")) else int(text)
+                value = int(text, 0) if text.lower().startswith(("0x", "0o", "0b")) else int(text)
             except ValueError:
                 raise FieldError(f"field {name!r} must be an integer, got {value!r}") from None
+        # Vault's TypeInt is a Go int: a value past int64 is refused, never wrapped.
+        if isinstance(value, int) and not _INT_MIN <= value <= _INT_MAX:
+            raise FieldError(f"field {name!r}: {value} is out of the 64-bit integer range")
         return value
     if base is str:
         if isinstance(value, bool):
@@ -141,7 +149,7 @@ def _weak(name: str, value: Any, base: Any, weak: str | None) -> Any:
             # Vault's TypeStringSlice takes a JSON array in a string, else one element.
             if value.startswith("["):
                 try:
-                    parsed = json.loads(value)
+                    parsed = jsonbody.loads(value)
                     if isinstance(parsed, list):
                         return parsed
                 except ValueError:
@@ -153,7 +161,7 @@ def _weak(name: str, value: Any, base: Any, weak: str | None) -> Any:
             if value.strip() == "":
                 return {}
             try:
-                return json.loads(value)
+                return jsonbody.loads(value)
             except ValueError:
                 raise FieldError(f"field {name!r} must be an object or a JSON string") from None
         return value

@@ -70,6 +70,8 @@ class AuthSpec:
     token_type: str = "service"
     # Internal data the auth method needs to renew the login.
     internal: dict[str, Any] = field(default_factory=dict)
+    # CIDRs the token may be used from (token_bound_cidrs); empty: anywhere.
+    bound_cidrs: list[str] = field(default_factory=list)
 
 
 @dataclass

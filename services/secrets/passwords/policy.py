@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from dataclasses import dataclass
 from typing import Any
 
 import hcl2
 from hcl2.utils import SerializationOptions
+
+from shared import jsonbody
 
 MIN_LENGTH = 4
 MAX_LENGTH = 100
@@ -62,7 +63,7 @@ def _load(text: str) -> dict[str, Any]:
     stripped = text.strip()
     if stripped.startswith("{"):
         try:
-            doc = json.loads(stripped)
+            doc = jsonbody.loads(stripped)
         except ValueError as exc:
             raise PolicyError(f"unable to parse policy: invalid JSON: {exc}") from None
     else:

@@ -87,7 +87,12 @@ class PluginManager:
     async def _start_process(self, found: CatalogEntry, prefix: str) -> runner.PluginProcess:
         full = resolve_command(self.core.settings.plugin_directory, found.command)
         return await runner.start(
-            self.core.bus.nc, found, full, self.core.settings.nats_url, prefix
+            self.core.bus.nc,
+            found,
+            full,
+            self.core.settings.nats_url,
+            prefix,
+            self.core.settings.plugin_nats_credentials_file,
         )
 
     async def backend(self, entry: MountEntry) -> Backend | None:

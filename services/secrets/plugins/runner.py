@@ -16,6 +16,7 @@ import structlog
 
 from services.secrets.errors import SecretsError, bad_request, upstream
 from shared.plugin_sdk import (
+    ENV_CREDENTIALS,
     ENV_NATS_URL,
     ENV_SUBJECT,
     Hello,
@@ -60,7 +61,9 @@ async def verify_sha256(entry: CatalogEntry, full: str) -> str:
     return actual
 
 
-def plugin_env(entry: CatalogEntry, nats_url: str, prefix: str) -> dict[str, str]:
+def plugin_env(
+    entry: CatalogEntry, nats_url: str, prefix: str, credentials: str = ""
+) -> dict[str, str]:
     # The server's own TRELLIS_* settings (seal keys among them) never reach a plugin.
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRELLIS_")}
     for item in entry.env:
@@ -68,6 +71,8 @@ def plugin_env(entry: CatalogEntry, nats_url: str, prefix: str) -> dict[str, str
         env[key] = value
     env[ENV_NATS_URL] = nats_url
     env[ENV_SUBJECT] = prefix
+    if credentials:  # the plugin NATS user's file, never the secrets service's own
+        env[ENV_CREDENTIALS] = credentials
     return env
 
 
@@ -98,7 +103,12 @@ class PluginProcess:
 
 
 async def start(
-    nc: NatsClient, entry: CatalogEntry, full: str, nats_url: str, prefix: str
+    nc: NatsClient,
+    entry: CatalogEntry,
+    full: str,
+    nats_url: str,
+    prefix: str,
+    credentials: str = "",
 ) -> PluginProcess:
     """Verify, start, and wait for the plugin's hello. 400 when the binary is refused, 502 when
     it starts but does not come up."""
@@ -109,7 +119,7 @@ async def start(
             *entry.args,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.DEVNULL,
-            env=plugin_env(entry, nats_url, prefix),
+            env=plugin_env(entry, nats_url, prefix, credentials),
             cwd=os.path.dirname(full),
             start_new_session=True,
         )

@@ -13,8 +13,10 @@ from services.secrets.system import (
     password_policy_paths,
     plugin_paths,
     policy_paths,
+    remount_status_paths,
     replication_paths,
     seal_paths,
+    tools_paths,
     wrapping_paths,
 )
 
@@ -32,6 +34,8 @@ MODULES = [
 MODULES += [password_policy_paths, plugin_paths, managed_key_paths]
 # DR replication (issue 5).
 MODULES += [replication_paths]
+# sys/tools, which the CLI reaches through `bao write sys/tools/...` (issue 11).
+MODULES += [tools_paths, remount_status_paths]
 
 
 class SystemBackend(Backend):

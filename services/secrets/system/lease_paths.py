@@ -1,16 +1,19 @@
-"""sys/leases: lookup, renew, revoke, revoke-prefix, revoke-force, and listing."""
+"""sys/leases: lookup, renew, revoke, revoke-prefix, revoke-force, and listing, as OpenBao
+answers them. Leases of tokens (`auth/<mount>/login/...`, `auth/token/create/...`) are listed,
+looked up and revoked like any other; revoking one revokes the token and its children."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from services.secrets.core.wrapping import rfc3339
-from services.secrets.errors import bad_request, not_found
+from services.secrets.errors import SecretsError, bad_request, not_found
 from services.secrets.framework.fields import Duration
 from services.secrets.framework.path import Op, Operation, Path, write
-from services.secrets.framework.request import Request, Response
+from services.secrets.framework.request import RawResponse, Request, Response
 
 if TYPE_CHECKING:
     from services.secrets.core.core import Core
@@ -29,75 +32,112 @@ class PrefixFields(msgspec.Struct, kw_only=True):
     sync: bool = True
 
 
+def accepted() -> Response:
+    """OpenBao answers an asynchronous revocation (sync=false) 202 with no body."""
+    return Response(raw=RawResponse(202, b"", "application/json"))
+
+
+def lookup_data(lease: LeaseEntry, now: float) -> dict[str, Any]:
+    return {
+        "id": lease.lease_id,
+        "path": lease.path,
+        "issue_time": rfc3339(lease.issue_time),
+        "expire_time": rfc3339(lease.expire_time) if lease.expire_time else None,
+        "last_renewal": rfc3339(lease.last_renewal) if lease.last_renewal else None,
+        "renewable": lease.renewable,
+        "ttl": max(0, int(lease.expire_time - now)) if lease.expire_time else 0,
+    }
+
+
 def paths(core: Core) -> list[Path]:
-    async def _lease(req: Request, lease_id: str) -> LeaseEntry:
+    def _lease_id(f: LeaseFields) -> str:
+        lease_id = f.lease_id or f.url_lease_id
         if not lease_id:
-            raise bad_request("lease_id is required")
+            raise bad_request("lease_id must be specified")
+        return lease_id
+
+    async def _find(req: Request, lease_id: str) -> LeaseEntry | None:
+        """A lease of the request's namespace or of one below it (as OpenBao); never one of
+        a parent or a sibling."""
         lease = await core.expiration.get(lease_id)
-        if lease is None or lease.namespace_id != req.namespace.id:
-            raise bad_request("invalid lease")
+        ns = None if lease is None else core.namespaces.by_id.get(lease.namespace_id)
+        if ns is None or not ns.path.startswith(req.namespace.path):
+            return None
         return lease
 
     async def lookup(req: Request, f: LeaseFields) -> Response:
-        lease = await _lease(req, f.lease_id or f.url_lease_id)
-        import time as _t
+        lease = await _find(req, _lease_id(f))
+        if lease is None:
+            raise bad_request("invalid lease")
+        return Response(data=lookup_data(lease, time.time()))
 
-        return Response(
-            data={
-                "id": lease.lease_id,
-                "issue_time": rfc3339(lease.issue_time),
-                "expire_time": rfc3339(lease.expire_time),
-                "last_renewal": rfc3339(lease.last_renewal) if lease.last_renewal else None,
-                "renewable": lease.renewable,
-                "ttl": max(0, int(lease.expire_time - _t.time())),
-            }
-        )
-
-    async def list_leases(req: Request, f: PrefixFields) -> Response:
-        # Vault lists `prefix/` when the prefix lacks its slash; storage wants folders.
-        prefix = f.prefix if not f.prefix or f.prefix.endswith("/") else f.prefix + "/"
-        keys = await core.expiration.list_prefix(prefix)
+    async def list_leases(req: Request, f: PrefixFields | LeaseFields) -> Response:
+        # LIST leases/lookup (no slash, LeaseFields) is the root of the tree. Vault lists
+        # `prefix/` when the prefix lacks its slash; storage wants folders.
+        given = f.prefix if isinstance(f, PrefixFields) else ""
+        prefix = given if not given or given.endswith("/") else given + "/"
+        keys = await core.expiration.list_prefix(prefix, req.namespace.id)
         if not keys:
             raise not_found()
         return Response(data={"keys": keys})
 
     async def renew(req: Request, f: LeaseFields) -> Response:
-        lease = await _lease(req, f.lease_id or f.url_lease_id)
+        lease = await _find(req, _lease_id(f))
+        if lease is None:
+            raise bad_request("lease not found")
         if not lease.renewable:
             raise bad_request("lease is not renewable")
+        if lease.auth:
+            # OpenBao: a token's lease is renewed through auth/token/renew*, never here.
+            raise bad_request("tokens cannot be renewed through this endpoint")
         lease = await core.expiration.renew(lease, f.increment)
-        import time as _t
-
         return Response(
             extra={
                 "lease_id": lease.lease_id,
                 "renewable": True,
-                "lease_duration": max(0, int(lease.expire_time - _t.time())),
+                "lease_duration": max(0, int(lease.expire_time - time.time())),
             }
         )
 
     async def revoke(req: Request, f: LeaseFields) -> Response:
-        lease = await _lease(req, f.lease_id or f.url_lease_id)
-        await core.expiration.revoke(lease)
-        return Response()
+        lease = await _find(req, _lease_id(f))
+        if lease is not None:  # an unknown lease is already revoked: 204, as OpenBao
+            await core.expiration.revoke(lease)
+        return Response() if f.sync else accepted()
 
     def revoke_prefix(force: bool):  # type: ignore[no-untyped-def]
         async def handler(req: Request, f: PrefixFields) -> Response:
-            await core.expiration.revoke_prefix(f.prefix, force=force)
-            return Response()
+            # Vault's core refuses every write to a path ending in '/' (its CLI strips the
+            # slash of `-prefix auth/x/` before sending); answering 204 would claim a
+            # revocation that never ran.
+            if req.path.endswith("/"):
+                raise bad_request("cannot write to a path ending in '/'")
+            try:
+                await core.expiration.revoke_prefix(
+                    f.prefix, force=force, namespace_id=req.namespace.id
+                )
+            except SecretsError:
+                raise
+            except Exception:
+                raise bad_request(
+                    f"failed to revoke the leases under {f.prefix!r}: the backend refused; "
+                    "revoke-force forgets them"
+                ) from None
+            return Response() if (f.sync or force) else accepted()
 
         return handler
 
+    list_op = {Op.LIST: Operation(list_leases, "List leases", sudo=True)}
     return [
         Path(
             "leases/lookup",
-            write(lookup, "Look up a lease"),
+            {**write(lookup, "Look up a lease"), **list_op},
             LeaseFields,
-            synopsis="Read a lease's times.",
+            synopsis="Read a lease's times; LIST the root of the lease tree.",
         ),
         Path(
             ("leases/lookup/", "leases/lookup/{prefix*}"),
-            {Op.LIST: Operation(list_leases, "List leases", sudo=True)},
+            list_op,
             PrefixFields,
             synopsis="List lease ids under a prefix.",
         ),
@@ -111,13 +151,13 @@ def paths(core: Core) -> list[Path]:
             ("leases/revoke", "leases/revoke/{url_lease_id*}", "revoke", "revoke/{url_lease_id*}"),
             write(revoke, "Revoke a lease"),
             LeaseFields,
-            synopsis="Revoke a lease.",
+            synopsis="Revoke a lease; a token's lease revokes the token and its children.",
         ),
         Path(
             ("leases/revoke-prefix/{prefix*}", "revoke-prefix/{prefix*}"),
             write(revoke_prefix(False), "Revoke leases under a prefix", sudo=True),
             PrefixFields,
-            synopsis="Revoke every lease under a prefix.",
+            synopsis="Revoke the lease with this id, else every lease under the prefix.",
         ),
         Path(
             ("leases/revoke-force/{prefix*}", "revoke-force/{prefix*}"),

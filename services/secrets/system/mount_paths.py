@@ -7,11 +7,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import msgspec
 
 from services.secrets.core.mounts import MountConfig, MountEntry
-from services.secrets.errors import bad_request, not_found
+from services.secrets.errors import bad_request
 from services.secrets.framework.durations import parse_duration
 from services.secrets.framework.fields import desc
 from services.secrets.framework.path import NoFields, Op, Operation, Path, write
 from services.secrets.framework.request import Request, Response
+from services.secrets.system import remount_status_paths
 
 if TYPE_CHECKING:
     from services.secrets.core.core import Core
@@ -65,6 +66,9 @@ def _ttl(value: Any, name: str) -> int:
         raise bad_request(f"invalid {name}: {value!r}") from None
 
 
+_CORE_TYPES = {"cubbyhole", "system", "identity", "token", "ns_system", "ns_token"}
+
+
 def entry_json(e: MountEntry) -> dict[str, Any]:
     cfg = {
         "default_lease_ttl": e.config.default_lease_ttl,
@@ -92,6 +96,8 @@ def entry_json(e: MountEntry) -> dict[str, Any]:
         "seal_wrap": e.seal_wrap,
         "type": e.type,
         "uuid": e.uuid,
+        # Vault reports it for plugins of the catalog; the core's own mounts have none.
+        **({} if e.type in _CORE_TYPES else {"deprecation_status": "supported"}),
     }
 
 
@@ -138,8 +144,8 @@ def paths(core: Core) -> list[Path]:
             if type_ in ("kv-v2", "kv-v1"):
                 options["version"] = type_[-1]
                 type_ = "kv"
-            if type_ == "kv" and "version" not in options:
-                options["version"] = "1"
+            # A kv mount without a version is version 1 and keeps no options, as in OpenBao
+            # (its CLI and UI read a missing version as 1).
             await core.mount(
                 req.namespace,
                 f.path,
@@ -180,8 +186,11 @@ def paths(core: Core) -> list[Path]:
                 "max_lease_ttl": defaults[1],
                 "force_no_cache": e.config.force_no_cache,
                 "description": e.description,
-                "options": e.options or None,
             }
+            if e.options:  # OpenBao leaves the key out for a mount without options
+                data["options"] = e.options
+            if auth:
+                data["token_type"] = e.config.token_type or "default-service"
             if e.config.allowed_managed_keys:
                 data["allowed_managed_keys"] = e.config.allowed_managed_keys
             return Response(data=data, data_at_top=True)
@@ -242,7 +251,8 @@ def paths(core: Core) -> list[Path]:
         if not f.from_ or not f.to:
             raise bad_request("both 'from' and 'to' are required")
         await core.remount(req.namespace, f.from_, f.to)
-        return Response(data={"migration_id": "", "status": "success"})
+        # The CLI polls sys/remount/status/<migration_id> after a move (issue 11).
+        return await remount_status_paths.record(core, req, f.from_, f.to)
 
     out: list[Path] = []
     for auth, base in ((False, "mounts"), (True, "auth")):
@@ -286,6 +296,6 @@ def paths(core: Core) -> list[Path]:
 def _find(core: Core, req: Request, path: str, auth: bool) -> MountEntry:
     full = ("auth/" if auth else "") + path.strip("/") + "/"
     entry = core.table(req.namespace).entries.get(full)
-    if entry is None:
-        raise not_found(f"no mount at {full!r}")
+    if entry is None:  # 400, as OpenBao answers for a mount that does not exist
+        raise bad_request(f"no mount at {full!r}")
     return entry

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -15,13 +16,26 @@ if TYPE_CHECKING:
     from services.secrets.core.namespaces import Namespace
 
 
+_UUID_BASE = uuid.UUID("5f0c52a4-6d43-4b49-9e0e-1f3c2a7b9d10")
+
+
 class NamespaceFields(msgspec.Struct, kw_only=True):
     path: str
     custom_metadata: dict[str, str] = {}
 
 
 def _json(ns: Namespace) -> dict[str, Any]:
-    return {"id": ns.id, "path": ns.path, "custom_metadata": ns.custom_metadata}
+    # OpenBao's fields: a namespace is never locked here (no sys/namespaces/api-lock), and is
+    # never left tainted (deletion finishes before the DELETE answers). The uuid is derived
+    # from the id, so every replica reports the same one without storing it.
+    return {
+        "id": ns.id,
+        "path": ns.path,
+        "custom_metadata": ns.custom_metadata,
+        "uuid": str(uuid.uuid5(_UUID_BASE, ns.id)),
+        "locked": False,
+        "tainted": False,
+    }
 
 
 def paths(core: Core) -> list[Path]:
@@ -45,10 +59,11 @@ def paths(core: Core) -> list[Path]:
 
     async def delete(req: Request, f: NamespaceFields) -> Response:
         ns = core.namespaces.by_path.get(f"{req.namespace.path}{f.path.strip('/')}/")
+        # OpenBao answers 200 with a status (its CLI parses the body; a 204 reads as EOF).
         if ns is None:
-            return Response()
+            return Response(warnings=["requested namespace does not exist"])
         await core.delete_namespace(ns)
-        return Response()
+        return Response(data={"status": "deleted"})
 
     return [
         Path(

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from services.secrets.core.core import Core
 
 VERSION = "1.17.0+trellis"
+BUILD_DATE = "2026-11-21T00:00:00Z"
 
 
 class InitFields(msgspec.Struct, kw_only=True):
@@ -59,7 +60,8 @@ def seal_status(core: Core) -> dict[str, object]:
         "progress": core.seal.progress,
         "nonce": core.seal.nonce,
         "version": VERSION,
-        "build_date": "2026-11-21T00:00:00Z",
+        # OpenBao's name for the build's date (Vault's build_date); `bao status` prints it.
+        "commit_date": BUILD_DATE,
         "migration": False,
         "recovery_seal": cfg is not None and cfg.type == "static",
         "storage_type": "jetstream",
@@ -135,7 +137,6 @@ def paths(core: Core) -> list[Path]:
             "initialized": initialized,
             "sealed": sealed,
             "standby": False,
-            "performance_standby": False,
             "replication_performance_mode": "disabled",
             "replication_dr_mode": core.replication_mode(),
             "server_time_utc": int(__import__("time").time()),
@@ -146,16 +147,9 @@ def paths(core: Core) -> list[Path]:
         return raw_json(body, status=code)
 
     async def leader(req: Request, _: NoFields) -> Response:
-        return raw_json(
-            {
-                "ha_enabled": True,
-                "is_self": True,
-                "active_time": "",
-                "leader_address": core.settings.api_addr,
-                "leader_cluster_address": "",
-                "performance_standby": False,
-            }
-        )
+        # Every unsealed replica serves every request: there is no active node and no standby
+        # to forward to, which is what ha_enabled=false says (as OpenBao's single node does).
+        return raw_json({"ha_enabled": False})
 
     unauth = {"unauthenticated": True}
     return [

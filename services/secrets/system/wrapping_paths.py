@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from services.secrets.core.wrapping import WRAPPING_POLICY
-from services.secrets.errors import bad_request
+from services.secrets.errors import bad_request, permission_denied
 from services.secrets.framework.path import Path, write
 from services.secrets.framework.request import RawResponse, Request, Response
 
@@ -45,6 +45,9 @@ def paths(core: Core) -> list[Path]:
         return Response(raw=RawResponse(status=200, body=body))
 
     async def lookup(req: Request, f: TokenField) -> Response:
+        # Unauthenticated, but not anonymous: with no token at all OpenBao answers 403.
+        if not (f.token or req.client_token):
+            raise permission_denied()
         return Response(data=await core.wrapping.lookup(_token(req, f)))
 
     async def rewrap(req: Request, f: TokenField) -> Response:

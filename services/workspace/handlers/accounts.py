@@ -76,14 +76,23 @@ async def show_user(r: Req) -> HttpResponse:
 # --- tokens ---
 
 
-def _token_attrs(r: Req, *, optional_body: bool) -> tuple[str | None, str | None]:
+# The legacy single-token endpoints (organization, team) document `authentication-token`;
+# the plural is accepted there too, as before.
+LEGACY_TYPES = ("authentication-token", "authentication-tokens")
+
+
+def _token_attrs(
+    r: Req, *, optional_body: bool, types: tuple[str, ...] = ("authentication-tokens",)
+) -> tuple[str | None, str | None]:
     body = r.http.body
+    doc = None
     if optional_body:
         # Clients send nothing, `null` or `{}` when they have no attributes to give.
         doc = decode_body(body) if body.strip() else None
         if not isinstance(doc, dict) or doc.get("data") is None:
             return None, None
-    a = Attrs(data_object(body, "authentication-tokens")["attributes"])
+    given = doc["data"].get("type") if doc and isinstance(doc.get("data"), dict) else None
+    a = Attrs(data_object(body, given if given in types else types[0])["attributes"])
     desc = a.str("description", nullable=True)
     exp = parse_time(a.attrs.get("expired-at"), a.pointer("expired-at"))
     return (desc if present(desc) else None), exp
@@ -174,7 +183,7 @@ def _org_owner(r: Req) -> str:
 
 async def create_org_token(r: Req) -> HttpResponse:
     org_id = _org_owner(r)
-    _, exp = _token_attrs(r, optional_body=True)
+    _, exp = _token_attrs(r, optional_body=True, types=LEGACY_TYPES)
     return await _issue(r, "organization", org_id, replace=True, description=None, expired_at=exp)
 
 
@@ -214,7 +223,7 @@ def _legacy(r: Req, team_id: str) -> Token:
 async def create_team_token(r: Req) -> HttpResponse:
     """The legacy single team token: a new one replaces the old one."""
     team_id = _team_manager(r)
-    _, exp = _token_attrs(r, optional_body=True)
+    _, exp = _token_attrs(r, optional_body=True, types=LEGACY_TYPES)
     return await _issue(r, "team", team_id, replace=True, description=None, expired_at=exp)
 
 

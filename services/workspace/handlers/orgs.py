@@ -7,6 +7,7 @@ from typing import Any
 from services.workspace import permissions as perms
 from services.workspace import render
 from services.workspace.context import Req
+from services.workspace.handlers import state_versions
 from services.workspace.jsonapi import ApiError, Attrs, data_object, not_found, present, respond
 from services.workspace.validate import PROJECT_RE, check_name, new_id
 from shared.messages import HttpResponse
@@ -118,7 +119,9 @@ async def update(r: Req) -> HttpResponse:
 
 async def delete(r: Req) -> HttpResponse:
     org, _ = _owner(r)
+    sv_ids = [i for w in r.state.org_workspaces(org.id) for i in r.state.sv_by_ws.get(w.id, [])]
     await r.write("org.delete", {"org_id": org.id})
+    await state_versions.drop_blobs(r, sv_ids)
     return respond(204)
 
 

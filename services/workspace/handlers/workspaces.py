@@ -5,8 +5,9 @@ from __future__ import annotations
 import fnmatch
 from typing import Any
 
-from services.workspace import render
+from services.workspace import render, render_state
 from services.workspace.context import Req
+from services.workspace.handlers import state_versions
 from services.workspace.jsonapi import (
     ApiError,
     Attrs,
@@ -220,7 +221,7 @@ def includes(r: Req) -> list[str]:
     return inc
 
 
-def included_for(r: Req, workspaces: list[Workspace], inc: list[str]) -> list[dict[str, Any]]:
+async def included_for(r: Req, workspaces: list[Workspace], inc: list[str]) -> list[dict[str, Any]]:
     from services.workspace import permissions as perms
 
     out: list[dict[str, Any]] = []
@@ -251,14 +252,25 @@ def included_for(r: Req, workspaces: list[Workspace], inc: list[str]) -> list[di
                 )
             elif kind == "users":
                 add({"id": holder, "type": "users", "attributes": {"username": "admin"}})
+        sv = r.state.current_state(ws.id)
+        if sv is None:
+            continue
+        caps = r.ws_caps(ws)
+        if ("current_state_version" in inc or "current-state-version" in inc) and (
+            "read-state" in caps
+        ):
+            add(render_state.state_version(sv))
+        if "outputs" in inc and "read-state-outputs" in caps:
+            for doc in await state_versions.workspace_outputs(r, sv):
+                add(doc)
     return out
 
 
-def _doc(r: Req, ws: Workspace, caps: frozenset[str], status: int = 200) -> HttpResponse:
+async def _doc(r: Req, ws: Workspace, caps: frozenset[str], status: int = 200) -> HttpResponse:
     doc: dict[str, Any] = {"data": render.workspace(r.state, ws, caps)}
     inc = includes(r)
     if inc:
-        doc["included"] = included_for(r, [ws], inc)
+        doc["included"] = await included_for(r, [ws], inc)
     return respond(status, doc)
 
 
@@ -283,7 +295,7 @@ def _target(r: Req, need: str = "read-runs") -> tuple[Workspace, frozenset[str]]
 
 async def show(r: Req) -> HttpResponse:
     ws, caps = _target(r)
-    return _doc(r, ws, caps)
+    return await _doc(r, ws, caps)
 
 
 async def update(r: Req) -> HttpResponse:
@@ -291,18 +303,22 @@ async def update(r: Req) -> HttpResponse:
     data = data_object(r.http.body, "workspaces")
     fields, vcs, tags = parse_workspace(data, create=False)
     await r.write("ws.update", {"id": ws.id, "changes": fields, "vcs": vcs, "tags": tags})
-    return _doc(r, r.state.workspaces[ws.id], r.ws_caps(ws))
+    return await _doc(r, r.state.workspaces[ws.id], r.ws_caps(ws))
 
 
 async def delete(r: Req) -> HttpResponse:
     ws, _ = _target(r, "admin")
+    sv_ids = list(r.state.sv_by_ws.get(ws.id, []))
     await r.write("ws.delete", {"id": ws.id})
+    await state_versions.drop_blobs(r, sv_ids)
     return respond(204)
 
 
 async def safe_delete(r: Req) -> HttpResponse:
     ws, _ = _target(r, "admin")
+    sv_ids = list(r.state.sv_by_ws.get(ws.id, []))
     await r.write("ws.delete", {"id": ws.id, "safe": True})
+    await state_versions.drop_blobs(r, sv_ids)
     return respond(204)
 
 
@@ -365,7 +381,7 @@ async def list_(r: Req) -> HttpResponse:
     doc = r.list_doc(items, lambda x: render.workspace(r.state, x[0], x[1]))
     if inc:
         page = r.page().slice(items)
-        doc["included"] = included_for(r, [w for w, _ in page], inc)
+        doc["included"] = await included_for(r, [w for w, _ in page], inc)
     return respond(200, doc)
 
 
@@ -384,16 +400,16 @@ async def lock(r: Req) -> HttpResponse:
     ws, _ = r.workspace(r.params["id"], "lock")
     reason = _reason(r.http.body)
     await r.write("ws.lock", {"id": ws.id, "by": list(r.who.lock_holder), "reason": reason})
-    return _doc(r, ws, r.ws_caps(ws))
+    return await _doc(r, ws, r.ws_caps(ws))
 
 
 async def unlock(r: Req) -> HttpResponse:
     ws, _ = r.workspace(r.params["id"], "lock")
     await r.write("ws.unlock", {"id": ws.id, "by": list(r.who.lock_holder)})
-    return _doc(r, ws, r.ws_caps(ws))
+    return await _doc(r, ws, r.ws_caps(ws))
 
 
 async def force_unlock(r: Req) -> HttpResponse:
     ws, _ = r.workspace(r.params["id"], "force-unlock")
     await r.write("ws.unlock", {"id": ws.id, "by": list(r.who.lock_holder), "force": True})
-    return _doc(r, ws, r.ws_caps(ws))
+    return await _doc(r, ws, r.ws_caps(ws))

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from services.scheduler.client.taskdir import RunAs
+
 
 class DriverError(Exception):
     """The task could not be started (a Driver Failure event)."""
@@ -30,7 +32,13 @@ class TaskHandle(Protocol):
 
 class Driver(Protocol):
     name: str
+    needs_dirs: bool  # the client builds the task's directories before starting it
 
     async def start(
-        self, task: dict[str, Any], config: dict[str, Any], env: dict[str, str], task_dir: str
+        self,
+        task: dict[str, Any],
+        config: dict[str, Any],
+        env: dict[str, str],
+        task_dir: str,
+        run_as: RunAs | None = None,
     ) -> TaskHandle: ...

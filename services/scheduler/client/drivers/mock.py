@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 from services.scheduler.client.drivers.base import DriverError, ExitResult
+from services.scheduler.client.taskdir import RunAs
 from services.scheduler.durations import DurationError, to_nanos
 
 
@@ -35,9 +36,15 @@ class _MockHandle:
 
 class MockDriver:
     name = "mock"
+    needs_dirs = False  # no process, no files: simulated fleets stay cheap
 
     async def start(
-        self, task: dict[str, Any], config: dict[str, Any], env: dict[str, str], task_dir: str
+        self,
+        task: dict[str, Any],
+        config: dict[str, Any],
+        env: dict[str, str],
+        task_dir: str,
+        run_as: RunAs | None = None,
     ) -> _MockHandle:
         if config.get("start_error"):
             raise DriverError(str(config["start_error"]))

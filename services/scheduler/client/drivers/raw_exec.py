@@ -1,5 +1,7 @@
 """raw_exec: run the command as a real child process in its own session, so stopping the task
-signals the whole process group; KillSignal first, SIGKILL after KillTimeout."""
+signals the whole process group; KillSignal first, SIGKILL after KillTimeout. The child gets
+exactly the environment the client built for it (services/scheduler/client/taskenv.py), never
+the agent's, and runs as the task's `user` when the agent is root."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import signal
 from typing import Any
 
 from services.scheduler.client.drivers.base import DriverError, ExitResult
+from services.scheduler.client.taskdir import RunAs
 
 
 class _ProcHandle:
@@ -39,21 +42,35 @@ class _ProcHandle:
             await self.proc.wait()
 
 
+def _open_log(path: str) -> Any:
+    # 0600 from creation: a task's output may hold what it printed of its secrets.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    return os.fdopen(fd, "ab")
+
+
 def _open_logs(task_dir: str) -> tuple[Any, Any]:
     try:
-        return (
-            open(os.path.join(task_dir, "stdout.log"), "ab"),
-            open(os.path.join(task_dir, "stderr.log"), "ab"),
-        )
+        out = _open_log(os.path.join(task_dir, "stdout.log"))
     except OSError as exc:
-        raise DriverError(f"failed to open task logs: {exc}") from None
+        raise DriverError(f"failed to open task logs: {exc.strerror}") from None
+    try:
+        return out, _open_log(os.path.join(task_dir, "stderr.log"))
+    except OSError as exc:
+        out.close()
+        raise DriverError(f"failed to open task logs: {exc.strerror}") from None
 
 
 class RawExecDriver:
     name = "raw_exec"
+    needs_dirs = True  # a real process: the client builds its task dir first
 
     async def start(
-        self, task: dict[str, Any], config: dict[str, Any], env: dict[str, str], task_dir: str
+        self,
+        task: dict[str, Any],
+        config: dict[str, Any],
+        env: dict[str, str],
+        task_dir: str,
+        run_as: RunAs | None = None,
     ) -> _ProcHandle:
         command = config.get("command")
         if not isinstance(command, str) or not command:
@@ -61,19 +78,23 @@ class RawExecDriver:
         args = config.get("args") or []
         if not isinstance(args, list):
             raise DriverError("args must be a list of strings")
-        os.makedirs(task_dir, exist_ok=True)
-        full_env = {**os.environ, **env}
+        os.makedirs(task_dir, mode=0o700, exist_ok=True)
+        who = run_as or RunAs()
+        identity: dict[str, Any] = {}
+        if who.uid is not None:
+            identity = {"user": who.uid, "group": who.gid, "extra_groups": list(who.groups)}
         stdout, stderr = _open_logs(task_dir)
         try:
             proc = await asyncio.create_subprocess_exec(
                 command,
                 *[str(a) for a in args],
                 cwd=task_dir,
-                env=full_env,
+                env=dict(env),  # exactly what was built for the task; nothing inherited
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=stdout,
                 stderr=stderr,
                 start_new_session=True,
+                **identity,
             )
         except OSError as exc:
             raise DriverError(f"failed to launch command with executor: {exc}") from None

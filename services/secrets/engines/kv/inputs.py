@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from services.secrets.errors import bad_request
+from shared import jsonbody
 
 MAX_VERSIONS_LIMIT = 2**32 - 1  # Vault keeps max_versions in a uint32
 MAX_DURATION = (2**63 - 1) // 10**9  # Go's time.Duration limit, in seconds
@@ -64,7 +64,7 @@ def json_object(name: str, value: Any, *, required: bool) -> dict[str, Any] | No
         return None
     if isinstance(value, str):
         try:
-            value = json.loads(value) if value.strip() else {}
+            value = jsonbody.loads(value) if value.strip() else {}
         except ValueError:
             raise bad_request(f"{name} must be a JSON object") from None
     if not isinstance(value, dict):

@@ -25,6 +25,9 @@ class KeyRecord(msgspec.Struct, omit_defaults=True):
     cas_required: bool = False
     delete_after: int = 0  # seconds; 0 = use the mount's
     custom: dict[str, str] | None = None
+    # OpenBao's check-and-set on metadata: bumped by every metadata write.
+    metadata_version: int = 0
+    metadata_cas_required: bool = False
     versions: dict[int, VersionRecord] = {}
     # A copy of the current version's JSON data, so reading the latest version costs one get.
     latest: bytes | None = None
@@ -34,6 +37,7 @@ class Config(msgspec.Struct, omit_defaults=True):
     max_versions: int = 0  # 0 means 10
     cas_required: bool = False
     delete_version_after: int = 0  # seconds; 0 = off, negative = off for every key
+    metadata_cas_required: bool = False
 
 
 _enc = msgspec.msgpack.Encoder()

@@ -25,6 +25,9 @@ class ConfigFields(msgspec.Struct, kw_only=True):
     delete_version_after: (
         Annotated[Duration, desc("versions read as deleted after this; negative disables")] | None
     ) = None
+    metadata_cas_required: (
+        Annotated[bool, desc("every metadata write must give metadata_cas")] | None
+    ) = None
 
 
 def paths(backend: KVBackend) -> list[Path]:
@@ -37,12 +40,14 @@ def paths(backend: KVBackend) -> list[Path]:
                 "cas_required": config.cas_required,
                 "delete_version_after": format_duration(config.delete_version_after),
                 "max_versions": config.max_versions,
+                "metadata_cas_required": config.metadata_cas_required,
             }
         )
 
     async def put(_req: Request, f: ConfigFields) -> Response:
         inputs.check_settings(f.max_versions, f.delete_version_after, negative_delete_after=True)
-        if f.max_versions is None and f.cas_required is None and f.delete_version_after is None:
+        settings = (f.max_versions, f.cas_required, f.delete_version_after, f.metadata_cas_required)
+        if all(v is None for v in settings):
             return Response()
         for attempt in range(MAX_ATTEMPTS):
             config, revision = await store.get_config_entry()
@@ -52,6 +57,8 @@ def paths(backend: KVBackend) -> list[Path]:
                 config.cas_required = f.cas_required
             if f.delete_version_after is not None:
                 config.delete_version_after = f.delete_version_after
+            if f.metadata_cas_required is not None:
+                config.metadata_cas_required = f.metadata_cas_required
             try:
                 await store.put_config(config, revision)
                 return Response()

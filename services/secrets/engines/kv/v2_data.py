@@ -204,5 +204,8 @@ def paths(backend: KVBackend) -> list[Path]:
             description='Write `{"data": {...}, "options": {"cas": n}}`; read with '
             "`?version=n`. PATCH takes a JSON merge patch "
             "(Content-Type application/merge-patch+json).",
-        )
+        ),
+        # `data/` names no secret: every method is unsupported there (405, as OpenBao), so a
+        # LIST sent to data/ instead of metadata/ is told its method is wrong, not its path.
+        Path("data/", {}, synopsis="No secret: list keys under metadata/ instead."),
     ]

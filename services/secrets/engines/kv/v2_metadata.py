@@ -29,6 +29,10 @@ MAX_CUSTOM_VALUE_LEN = 512
 CAS_WARNING = (
     '"cas_required" set to false, but is mandated by backend config. This value will be ignored.'
 )
+METADATA_CAS_WARNING = (
+    '"metadata_cas_required" set to false, but is mandated by backend config. '
+    "This value will be ignored."
+)
 
 
 class MetadataFields(msgspec.Struct, kw_only=True):
@@ -41,6 +45,12 @@ class MetadataFields(msgspec.Struct, kw_only=True):
     ) = None
     custom_metadata: (
         Annotated[dict[str, Any], desc("string pairs describing the secret")] | None
+    ) = None
+    metadata_cas_required: (
+        Annotated[bool, desc("require metadata_cas on metadata writes")] | None
+    ) = None
+    metadata_cas: (
+        Annotated[int, desc("write only if the metadata version is this (0: new key)")] | None
     ) = None
 
 
@@ -98,12 +108,34 @@ def apply(key: KeyRecord, f: MetadataFields, custom: dict[str, str] | None) -> N
         key.delete_after = f.delete_version_after
     if custom is not None:
         key.custom = custom or None
+    if f.metadata_cas_required is not None:
+        key.metadata_cas_required = f.metadata_cas_required
+    key.metadata_version += 1
+
+
+def check_metadata_cas(key: KeyRecord | None, f: MetadataFields, mount_requires: bool) -> None:
+    """OpenBao's metadata check-and-set: required by the key or the mount, and checked
+    whenever given (0 names a key that has no metadata writes yet)."""
+    current = key.metadata_version if key is not None else 0
+    required = mount_requires or (key is not None and key.metadata_cas_required)
+    if f.metadata_cas is None:
+        if required:
+            raise bad_request("metadata check-and-set parameter required for this call")
+        return
+    if f.metadata_cas != current:
+        raise bad_request("metadata check-and-set parameter does not match the current version")
 
 
 def given(f: MetadataFields) -> bool:
     return any(
         v is not None
-        for v in (f.max_versions, f.cas_required, f.delete_version_after, f.custom_metadata)
+        for v in (
+            f.max_versions,
+            f.cas_required,
+            f.delete_version_after,
+            f.custom_metadata,
+            f.metadata_cas_required,
+        )
     )
 
 
@@ -120,17 +152,23 @@ def paths(backend: KVBackend) -> list[Path]:
         return Response(data=key_metadata(got[0]))
 
     async def warnings(f: MetadataFields) -> list[str]:
-        if f.cas_required is False and (await store.get_config()).cas_required:
-            return [CAS_WARNING]
-        return []
+        config = await store.get_config()
+        out = []
+        if f.cas_required is False and config.cas_required:
+            out.append(CAS_WARNING)
+        if f.metadata_cas_required is False and config.metadata_cas_required:
+            out.append(METADATA_CAS_WARNING)
+        return out
 
     async def put(req: Request, f: MetadataFields) -> Response:
         validate(f)
         custom = None if f.custom_metadata is None else custom_metadata(f.custom_metadata)
         if not given(f):
             return Response()
+        mount_requires = (await store.get_config()).metadata_cas_required
 
         async def change(key: KeyRecord | None) -> Plan:
+            check_metadata_cas(key, f, mount_requires)
             if key is None:
                 now = now_ns()
                 key = KeyRecord(created=now, updated=now)
@@ -145,10 +183,12 @@ def paths(backend: KVBackend) -> list[Path]:
         validate(f)
         if f.custom_metadata is not None:
             custom_metadata(f.custom_metadata, drop_nulls=True)  # fail before any write
+        mount_requires = (await store.get_config()).metadata_cas_required
 
         async def change(key: KeyRecord | None) -> Plan:
             if key is None:
                 raise not_found()
+            check_metadata_cas(key, f, mount_requires)
             custom = None
             if f.custom_metadata is not None:
                 custom = custom_metadata(merge_patch(key.custom or {}, f.custom_metadata))

@@ -210,6 +210,7 @@ async def generate_root(
         key_type, key_bits = key_spec(f.key_type, f.key_bits)
     key_name = await checked_key_name(b, f.key_name) if existing is None else existing.name
     mount_default, mount_max = b.mount_ttls()
+    warnings: list[str] = []
     not_before, not_after = validity(
         now=int(time.time()),
         ttl=f.ttl,
@@ -218,6 +219,7 @@ async def generate_root(
         max_ttl=mount_max,
         not_before_duration=f.not_before_duration,
         limit_name="mount's max lease TTL (tune the mount to allow longer)",
+        warnings=warnings,
     )
     issuer_id = str(uuid.uuid4())
     placeholder = IssuerEntry(id=issuer_id, certificate="", serial_number="")
@@ -252,7 +254,7 @@ async def generate_root(
     data = certs.cert_data(result, None, fmt, key_format=key_fmt if kind == "exported" else None)
     data.pop("ca_chain", None)
     data.update(issuer_id=issuer_id, issuer_name=issuer_name, key_id=key.id, key_name=key.name)
-    return Response(data=data)
+    return Response(data=data, warnings=warnings)
 
 
 async def generate_intermediate(b: PKIBackend, req: Request, f: IntermediateFields) -> Response:
@@ -276,12 +278,8 @@ async def generate_intermediate(b: PKIBackend, req: Request, f: IntermediateFiel
     key_name = await checked_key_name(b, f.key_name) if existing is None else existing.name
     result = await b.crypto("csr_create", args, slow=bits >= 4096)
     key = existing or await new_key(b, result, key_name)
-    data: dict[str, Any] = {
-        "csr": as_format(result["csr"], fmt),
-        "key_id": key.id,
-        "key_name": key.name,
-        "key_type": key.key_type,
-    }
+    # Vault answers the CSR and the key's id (its name and type are at key/<id>).
+    data: dict[str, Any] = {"csr": as_format(result["csr"], fmt), "key_id": key.id}
     if kind == "exported":
         key_pem = result["private_key_pkcs8"] if key_fmt == "pkcs8" else result["private_key"]
         data["private_key"] = der_b64(key_pem) if fmt == "der" else key_pem.strip()

@@ -38,6 +38,7 @@ class CrlConfigFields(msgspec.Struct, kw_only=True):
     auto_rebuild_grace_period: Duration = 12 * 3600
     enable_delta: bool = False
     delta_rebuild_interval: Duration = 15 * 60
+    allow_expired_cert_revocation: bool = False
 
 
 def config_data(cfg: CrlConfig) -> dict[str, object]:

@@ -72,9 +72,9 @@ def paths(b: PKIBackend) -> list[Path]:
             "ca_chain": [c.strip() for c in certs.chain_of(issuer)],
             "issuer_id": issuer.id,
             "issuer_name": issuer.name,
-            "revocation_time": issuer.revocation_time,
         }
-        if issuer.revoked:
+        if issuer.revoked:  # as OpenBao: the revocation fields only for a revoked issuer
+            data["revocation_time"] = issuer.revocation_time
             data["revocation_time_rfc3339"] = rfc3339(issuer.revocation_time)
         return Response(data=data)
 
@@ -100,12 +100,14 @@ def paths(b: PKIBackend) -> list[Path]:
         """A stored certificate (or `ca`, `ca_chain`, `crl`) and its revocation fields."""
         if serial in ("ca", "ca_chain", "crl"):
             issuer = await default_issuer()
+            revoked_at = rfc3339(issuer.revocation_time) if issuer.revoked else ""
+            extra = {"revocation_time_rfc3339": revoked_at}
             if serial == "ca":
-                return issuer.certificate.strip(), {}
+                return issuer.certificate.strip(), extra
             if serial == "ca_chain":
                 chain = "\n".join(c.strip() for c in certs.chain_of(issuer))
-                return chain, {"ca_chain": chain}
-            return (await b.crls.current(issuer)).pem.strip(), {}
+                return chain, {"ca_chain": chain, **extra}
+            return (await b.crls.current(issuer)).pem.strip(), extra
         serial = normalize_serial(serial)
         stored = await certs.get(b, serial)
         revoked = await get_revoked(b, serial)
@@ -116,14 +118,11 @@ def paths(b: PKIBackend) -> list[Path]:
                     pem = issuer.certificate
         if not pem:
             raise not_found(f"certificate with serial {serial} not found")
-        extra: dict[str, Any] = {
-            "revocation_time": 0,
-            "revocation_time_rfc3339": "",
-            "issuer_id": stored.issuer_id if stored else (revoked.issuer_id if revoked else ""),
-        }
-        if revoked is not None:
+        extra: dict[str, Any] = {"revocation_time": 0, "revocation_time_rfc3339": ""}
+        if revoked is not None:  # Vault names the issuer only for a revoked certificate
             extra["revocation_time"] = int(revoked.revocation_time)
             extra["revocation_time_rfc3339"] = rfc3339(revoked.revocation_time)
+            extra["issuer_id"] = revoked.issuer_id
         return pem.strip(), extra
 
     async def cert_json(req: Request, f: SerialRef) -> Response:

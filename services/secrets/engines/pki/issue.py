@@ -7,7 +7,6 @@ built on a crypto worker in one call (key generation and signing together).
 
 from __future__ import annotations
 
-import json
 import time
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -21,6 +20,7 @@ from services.secrets.errors import bad_request
 from services.secrets.framework.fields import CommaList, Duration, desc
 from services.secrets.framework.path import Path, write
 from services.secrets.framework.request import Request, Response
+from shared import jsonbody
 
 if TYPE_CHECKING:
     from services.secrets.engines.pki.backend import PKIBackend
@@ -54,7 +54,7 @@ def other_sans_of(req: Request, parsed: list[str]) -> list[str]:
     raw = req.data.get("other_sans")
     if isinstance(raw, str) and raw.strip().startswith("["):
         try:
-            value = json.loads(raw)
+            value = jsonbody.loads(raw)
         except ValueError:
             raise bad_request(
                 "other_sans is neither a comma-separated list nor a JSON array"
@@ -159,6 +159,7 @@ async def leaf_spec(
         max_ttl=max_ttl,
         not_before_duration=role.not_before_duration,
         limit_name="role's max_ttl",
+        warnings=req.scratch.setdefault("warnings", []),
     )
     not_after = limit_to_issuer(not_after, issuer)
     subject = subject_of(role, cn, f)
@@ -206,7 +207,8 @@ def paths(b: PKIBackend) -> list[Path]:
         data = certs.cert_data(
             result, issuer, fmt, key_format=key_fmt, without_roots=f.remove_roots_from_chain
         )
-        return certs.respond(b, role, result, data, [])
+        data["not_before"] = result["not_before"]  # as OpenBao's leaf responses
+        return certs.respond(b, role, result, data, req.scratch.get("warnings", []))
 
     async def sign(req: Request, f: IssueFields) -> Response:
         role = await b.require_role(f.name)
@@ -222,7 +224,8 @@ def paths(b: PKIBackend) -> list[Path]:
         if not role.no_store:
             await certs.store(b, result, issuer.id)
         data = certs.cert_data(result, issuer, fmt, without_roots=f.remove_roots_from_chain)
-        return certs.respond(b, role, result, data, [])
+        data["not_before"] = result["not_before"]
+        return certs.respond(b, role, result, data, req.scratch.get("warnings", []))
 
     return [
         Path(

@@ -7,6 +7,8 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from services.secrets.engines.pki.issuers import check_name
 from services.secrets.engines.pki.models import KeyEntry, KeysConfig
@@ -42,12 +44,31 @@ class KeysConfigFields(msgspec.Struct, kw_only=True):
 
 
 def key_data(entry: KeyEntry) -> dict[str, Any]:
+    """A key as Vault reports it: id, name, type and the subject key id its certificates carry
+    (the size is in the type's defaults, and never the key itself)."""
     return {
         "key_id": entry.id,
         "key_name": entry.name,
         "key_type": entry.key_type,
-        "key_bits": entry.key_bits,
+        "subject_key_id": subject_key_id(entry.private_key),
     }
+
+
+def subject_key_id(private_pem: str) -> str:
+    """RFC 5280's key identifier (SHA-1 of the public key), colon-separated hex as Vault prints
+    it; "" for a key held outside (managed keys). Loading a key is cheap next to signing, and
+    skips RSA validation: the key was made or checked when it entered this mount."""
+    if not private_pem.strip():
+        return ""
+    try:
+        key = serialization.load_pem_private_key(
+            private_pem.encode(), password=None, unsafe_skip_rsa_key_validation=True
+        )
+    except (ValueError, TypeError):
+        return ""
+    public = key.public_key()
+    digest = x509.SubjectKeyIdentifier.from_public_key(public).digest  # type: ignore[arg-type]
+    return ":".join(f"{b:02x}" for b in digest)
 
 
 async def new_key(b: PKIBackend, result: dict[str, Any], name: str) -> KeyEntry:

@@ -89,6 +89,8 @@ class CrlConfig(msgspec.Struct, kw_only=True):
     auto_rebuild_grace_period: int = 12 * 3600
     enable_delta: bool = False
     delta_rebuild_interval: int = 15 * 60
+    # OpenBao's switch: revoke (and list on the CRL) certificates that have already expired.
+    allow_expired_cert_revocation: bool = False
 
 
 class CertEntry(msgspec.Struct, kw_only=True):

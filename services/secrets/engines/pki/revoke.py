@@ -68,7 +68,8 @@ async def revoke_serial(
         if quiet:
             return Response()
         raise bad_request(f"certificate with serial {serial} not found")
-    if not_after and not_after < time.time():
+    expired = bool(not_after) and not_after < time.time()
+    if expired and not (await b.crls.config()).allow_expired_cert_revocation:
         return Response(
             warnings=[f"certificate with serial {serial} already expired; refusing to add to CRL"]
         )

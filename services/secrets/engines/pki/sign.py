@@ -91,6 +91,7 @@ def paths(b: PKIBackend) -> list[Path]:
             max_ttl=mount_max,
             not_before_duration=f.not_before_duration,
             limit_name="mount's max lease TTL (tune the mount to allow longer)",
+            warnings=req.scratch.setdefault("warnings", []),
         )
         spec = {
             "subject": subject,
@@ -112,7 +113,9 @@ def paths(b: PKIBackend) -> list[Path]:
         }
         result = await b.crypto("x509_sign", {"csr": f.csr, "cert": spec, "signer": signer})
         await certs.store(b, result, issuer.id)
-        return Response(data=certs.cert_data(result, issuer, fmt))
+        return Response(
+            data=certs.cert_data(result, issuer, fmt), warnings=req.scratch.get("warnings", [])
+        )
 
     async def sign_self_issued(req: Request, f: SelfIssuedFields) -> Response:
         if not f.certificate.strip():
@@ -158,6 +161,7 @@ def paths(b: PKIBackend) -> list[Path]:
             max_ttl=max_ttl,
             not_before_duration=role.not_before_duration if role else 30,
             limit_name="role's max_ttl" if role else "mount's max lease TTL",
+            warnings=req.scratch.setdefault("warnings", []),
         )
         not_after = limit_to_issuer(not_after, issuer)
         bc_non_ca = f.basic_constraints_valid_for_non_ca
@@ -179,7 +183,9 @@ def paths(b: PKIBackend) -> list[Path]:
         result = await b.crypto("x509_sign", {"csr": f.csr, "cert": spec, "signer": signer})
         if role is None or not role.no_store:
             await certs.store(b, result, issuer.id)
-        return certs.respond(b, role, result, certs.cert_data(result, issuer, fmt), [])
+        data = certs.cert_data(result, issuer, fmt)
+        data["not_before"] = result["not_before"]  # as OpenBao's leaf responses
+        return certs.respond(b, role, result, data, req.scratch.get("warnings", []))
 
     return [
         Path(

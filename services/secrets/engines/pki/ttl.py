@@ -21,10 +21,11 @@ def validity(
     max_ttl: int,
     not_before_duration: int,
     limit_name: str,
+    warnings: list[str] | None = None,
 ) -> tuple[int, int]:
-    """(not_before, not_after). A requested ttl beyond `max_ttl` is refused; a default beyond
-    it is capped. An explicit not_after is taken as asked (Vault's rule), subject only to the
-    issuer's expiry."""
+    """(not_before, not_after). A ttl beyond `max_ttl` is capped to it, with a warning in
+    OpenBao's words (`warnings`); without a list to warn in, it is refused. An explicit
+    not_after is taken as asked (Vault's rule), subject only to the issuer's expiry."""
     if ttl and not_after:
         raise bad_request("either ttl or not_after should be provided, not both")
     if ttl < 0:
@@ -36,13 +37,27 @@ def validity(
         if end <= now:
             raise bad_request(f"not_after {not_after} is in the past")
     else:
-        if ttl and ttl > max_ttl:
+        if ttl and ttl > max_ttl and warnings is not None:
+            warnings.append(
+                f"TTL {go_duration(ttl)!r} is longer than permitted maxTTL "
+                f"{go_duration(max_ttl)!r}, so maxTTL is being used".replace("'", '"')
+            )
+        elif ttl and ttl > max_ttl:
             raise bad_request(
                 f"requested ttl of {short_duration(ttl)} exceeds the "
                 f"{limit_name} of {short_duration(max_ttl)}"
             )
         end = now + min(ttl or default_ttl or max_ttl, max_ttl)
     return now - not_before_duration, end
+
+
+def go_duration(seconds: int) -> str:
+    """Go's time.Duration text, which OpenBao's warnings quote: 8760h0m0s, 5m0s, 45s."""
+    h, rem = divmod(max(seconds, 0), 3600)
+    m, sec = divmod(rem, 60)
+    if h:
+        return f"{h}h{m}m{sec}s"
+    return f"{m}m{sec}s" if m else f"{sec}s"
 
 
 def limit_to_issuer(not_after: int, issuer: IssuerEntry, behavior: str | None = None) -> int:

@@ -4,6 +4,7 @@ TrustedUserCAKeys (`public_key`, unauthenticated, text/plain), and certificates 
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
@@ -23,6 +24,18 @@ if TYPE_CHECKING:
 CERT_SECRET = "ssh_certificate"
 # What a CA created on first use (a sign with create capability and no CA yet) is made of.
 DEFAULT_CA_KEY_TYPE, DEFAULT_CA_KEY_BITS = "ssh-rsa", 0
+
+
+_ISSUER_IDS = uuid.UUID("0b6f1c55-2f55-4c1e-9d1f-7f3d7c1c9a21")
+
+
+def issuer(public_key: str) -> dict[str, str]:
+    """OpenBao's issuer fields for the mount's one CA: an id derived from its public key (the
+    same on every replica, new when the key changes) and the name of the default issuer."""
+    return {
+        "issuer_id": str(uuid.uuid5(_ISSUER_IDS, public_key.strip())),
+        "issuer_name": "default",
+    }
 
 
 class CAFields(msgspec.Struct, kw_only=True):
@@ -82,7 +95,7 @@ def paths(b: SSHBackend) -> list[Path]:
             await store.put_ca(
                 CAKeys(public_key=pair["public_key"], private_key=pair["private_key"])
             )
-            return Response(data={"public_key": pair["public_key"]})
+            return Response(data={"public_key": pair["public_key"], **issuer(pair["public_key"])})
         pair = await b.crypto(
             "ssh_import_ca", {"private_key": f.private_key, "public_key": f.public_key}
         )
@@ -93,11 +106,12 @@ def paths(b: SSHBackend) -> list[Path]:
         ca = await store.ca()
         if ca is None:
             raise bad_request("keys haven't been configured yet")
-        return Response(data={"public_key": ca.public_key})
+        return Response(data={"public_key": ca.public_key, **issuer(ca.public_key)})
 
     async def delete_ca(req: Request, _: CAFields) -> Response:
         await store.delete_ca()
-        return Response()
+        # OpenBao answers 200 with what it deleted (its CLI prints the warning).
+        return Response(warnings=["Deleted the CA key pair of this mount."])
 
     async def public_key(req: Request, _: NoFields) -> Response:
         ca = await store.ca()
@@ -156,8 +170,11 @@ def paths(b: SSHBackend) -> list[Path]:
         except ValueError as exc:
             raise bad_request(str(exc)) from None
 
-    def respond(result: dict[str, Any], ttl: int, extra: tuple[str, ...] = ()) -> Response:
+    def respond(
+        result: dict[str, Any], ttl: int, ca: CAKeys, extra: tuple[str, ...] = ()
+    ) -> Response:
         data = {"serial_number": result["serial_number"], "signed_key": result["signed_key"]}
+        data["issuer_id"] = issuer(ca.public_key)["issuer_id"]
         data.update({k: result[k] for k in extra})
         # Certificates cannot be revoked; the lease only reports their lifetime (seed).
         return Response(
@@ -177,7 +194,7 @@ def paths(b: SSHBackend) -> list[Path]:
         result = await b.crypto(
             "ssh_sign", {**args, "ca_private_key": ca.private_key, "public_key": f.public_key}
         )
-        return respond(result, ttl)
+        return respond(result, ttl, ca)
 
     async def issue(req: Request, f: SignFields) -> Response:
         role = await ca_role(f.name)
@@ -193,7 +210,7 @@ def paths(b: SSHBackend) -> list[Path]:
                 "key_bits": f.key_bits,
             },
         )
-        return respond(result, ttl, ("private_key", "private_key_type"))
+        return respond(result, ttl, ca, ("private_key", "private_key_type"))
 
     async def revoke_cert(internal: dict[str, Any]) -> None:
         return None

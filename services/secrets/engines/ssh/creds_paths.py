@@ -174,7 +174,7 @@ def paths(b: SSHBackend) -> list[Path]:
     async def verify(req: Request, f: VerifyFields) -> Response:
         if not f.otp:
             raise bad_request("missing otp")
-        if hmac.compare_digest(f.otp.encode(), ECHO_REQUEST.encode()):
+        if hmac.compare_digest(f.otp.encode("utf-8", "surrogatepass"), ECHO_REQUEST.encode()):
             return Response(data={"message": ECHO_RESPONSE})
         otp_hash = b.core.tokens.hash(f.otp)
         entry = await store.consume_otp(otp_hash)

@@ -82,6 +82,8 @@ def paths(b: SSHBackend) -> list[Path]:
             role = await store.role(name)
             if role is not None:
                 info[name] = {"key_type": role.key_type}
+                if role.key_type == "ca":  # signed by the mount's one CA (ca_paths.issuer)
+                    info[name]["issuer_ref"] = "default"
         return Response(data={"keys": names, "key_info": info})
 
     async def read_zero(req: Request, _: ZeroAddressFields) -> Response:

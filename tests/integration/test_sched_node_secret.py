@@ -1,0 +1,232 @@
+"""Client nodes authenticate with their own node secret, on a real nats-server with an in-process
+scheduler: forged client RPCs (wrong or missing secret) are refused and change nothing, the
+secret never shows in the API, and a restarted client with its data dir is the same node."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+
+from services.gateway.main import Gateway
+from services.scheduler import nodeauth, wire
+from services.scheduler.client import ClientAgent, NodeConfig
+from services.scheduler.client.agent import build_node
+from services.scheduler.service import SchedulerService
+from shared.bus import Bus
+from shared.errors import ServiceError
+from shared.settings import Settings
+
+pytestmark = [pytest.mark.nats, pytest.mark.asyncio(loop_scope="module")]
+
+JOB = {
+    "Job": {
+        "ID": "victim",
+        "Type": "service",
+        "Datacenters": ["dc1"],
+        "TaskGroups": [
+            {
+                "Name": "g",
+                "Count": 1,
+                "Tasks": [{"Name": "t", "Driver": "mock", "Config": {"run_for": "1h"}}],
+            }
+        ],
+    }
+}
+
+
+@dataclass
+class Env:
+    base: str
+    settings: Settings
+    sched: SchedulerService
+    client: ClientAgent
+    attacker: Bus
+    client_bus: Bus
+    data_dir: str
+
+    def subject(self, name: str) -> str:
+        return wire.subject(self.settings.cluster_name, name)
+
+
+async def until(check: Callable[[], Any], limit: float = 15.0) -> Any:
+    deadline = time.monotonic() + limit
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met before the deadline")
+        await asyncio.sleep(0.05)
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def env(nats_url: str) -> AsyncIterator[Env]:
+    settings = Settings(
+        nats_url=nats_url,
+        cluster_name="ns" + uuid.uuid4().hex[:8],
+        secrets_addr="127.0.0.1:0",
+        workspace_addr="127.0.0.1:0",
+        scheduler_addr="127.0.0.1:0",
+    )
+    buses = [await Bus.connect(nats_url, n) for n in ("gw", "sched", "client", "attacker")]
+    gw = Gateway(buses[0], settings)
+    await gw.start()
+    sched = SchedulerService(buses[1], settings, heartbeat_ttl=1.0, lease_ttl=3.0)
+    await sched.start()
+    data_dir = tempfile.mkdtemp(prefix="trellis-node-")
+    client = ClientAgent(
+        buses[2], settings, NodeConfig(name="honest", drivers=("mock",), data_dir=data_dir)
+    )
+    await client.start()
+    yield Env(gw.addresses["scheduler"], settings, sched, client, buses[3], buses[2], data_dir)
+    await client.stop()
+    await sched.stop()
+    await gw.stop()
+    for b in buses:
+        await b.close()
+    shutil.rmtree(data_dir, ignore_errors=True)
+
+
+async def running_alloc(env: Env, node_id: str) -> dict[str, Any]:
+    t = env.sched.fsm.t
+    return await until(
+        lambda: next(
+            (
+                a
+                for a in t.node_allocs(node_id)
+                if a["ClientStatus"] == "running" and a["DesiredStatus"] == "run"
+            ),
+            None,
+        )
+    )
+
+
+async def refused(env: Env, name: str, message: Any, reply: Any, code: int = 403) -> None:
+    with pytest.raises(ServiceError) as err:
+        await env.attacker.request(env.subject(name), message, reply, timeout=10)
+    assert err.value.code == code
+
+
+async def test_forged_client_rpcs_are_refused_and_change_nothing(env: Env) -> None:
+    async with aiohttp.ClientSession() as http, http.post(env.base + "/v1/jobs", json=JOB) as r:
+        assert r.status == 200, await r.text()
+    nid = env.client.node_ids[0]
+    alloc = await running_alloc(env, nid)
+    await env.sched.replog.barrier()
+    t = env.sched.fsm.t
+    node_before = dict(t.nodes[nid])
+    wrong = str(uuid.uuid4())
+    public = build_node(env.client.cfg, nid, "evil")
+
+    # Registering the honest node's ID again: another secret, or none.
+    await refused(
+        env,
+        wire.NODE_REGISTER,
+        wire.NodeRegister(nodes=[{**public, "SecretID": wrong}]),
+        wire.NodeRegistered,
+    )
+    await refused(
+        env, wire.NODE_REGISTER, wire.NodeRegister(nodes=[public]), wire.NodeRegistered, 400
+    )
+    # Polling its allocations (which carry job specs) and reporting on them.
+    for secrets in ({nid: wrong}, {}):
+        await refused(
+            env,
+            wire.NODE_ALLOCS,
+            wire.NodeAllocs(node_ids=[nid], index=0, wait=0, secrets=secrets),
+            wire.NodeAllocsReply,
+        )
+        failed = {"ID": alloc["ID"], "ClientStatus": "failed", "TaskStates": {}}
+        await refused(
+            env,
+            wire.ALLOC_UPDATE,
+            wire.AllocUpdate(updates=[failed], secrets=secrets),
+            wire.Ok,
+        )
+    # A node of the attacker's own, properly registered, cannot report on someone else's alloc.
+    evil_id, evil_secret = str(uuid.uuid4()), str(uuid.uuid4())
+    evil = {**build_node(env.client.cfg, evil_id, "evil"), "SecretID": evil_secret}
+    await env.attacker.request(
+        env.subject(wire.NODE_REGISTER),
+        wire.NodeRegister(nodes=[evil]),
+        wire.NodeRegistered,
+        timeout=10,
+    )
+    ok = await env.attacker.request(
+        env.subject(wire.ALLOC_UPDATE),
+        wire.AllocUpdate(updates=[failed], secrets={evil_id: evil_secret}),
+        wire.Ok,
+        timeout=10,
+    )
+    await env.sched.replog.wait_for(ok.index, 10)
+
+    after = t.nodes[nid]
+    for key in ("Name", "ModifyIndex", nodeauth.HASH_FIELD, "Status"):
+        assert after.get(key) == node_before.get(key), key
+    assert t.allocs[alloc["ID"]]["ClientStatus"] == "running"
+    # The honest client still works with its own secret.
+    honest = await env.client_bus.request(
+        env.subject(wire.NODE_ALLOCS),
+        wire.NodeAllocs(node_ids=[nid], index=0, wait=0, secrets=env.client.secrets),
+        wire.NodeAllocsReply,
+        timeout=10,
+    )
+    assert alloc["ID"] in [a["ID"] for a in honest.allocs]
+
+
+async def test_node_secret_is_not_in_the_api(env: Env) -> None:
+    nid = env.client.node_ids[0]
+    secret = env.client.secrets[nid]
+    async with aiohttp.ClientSession() as http:
+        for path in (f"/v1/node/{nid}", "/v1/nodes", "/v1/nodes?resources=true"):
+            async with http.get(env.base + path) as r:
+                text = await r.text()
+                assert r.status == 200, text
+                assert secret not in text
+                assert nodeauth.secret_hash(secret) not in text
+                assert "SecretHash" not in text and "SecretID" not in text
+
+
+async def test_forged_heartbeats_do_not_revive_a_down_node(env: Env) -> None:
+    nid = env.client.node_ids[0]
+    t = env.sched.fsm.t
+    env.client.heartbeating = False
+    await until(lambda: t.nodes[nid]["Status"] == "down", 15)
+    # For three heartbeat TTLs, forged heartbeats (wrong secret, no secret) keep coming; a
+    # genuine one would bring the node back within one TTL.
+    deadline = time.monotonic() + 3 * env.sched.heartbeat_ttl
+    while time.monotonic() < deadline:
+        for secrets in ({nid: str(uuid.uuid4())}, {}):
+            await env.attacker.publish(
+                env.subject(wire.HEARTBEAT), wire.Heartbeat(node_ids=[nid], secrets=secrets)
+            )
+        assert t.nodes[nid]["Status"] == "down"
+        await asyncio.sleep(0.1)
+    env.client.heartbeating = True
+    await until(lambda: t.nodes[nid]["Status"] == "ready", 15)
+
+
+async def test_restarted_client_is_the_same_node(env: Env) -> None:
+    nid = env.client.node_ids[0]
+    await env.client.stop()
+    again = ClientAgent(
+        env.client_bus,
+        env.settings,
+        NodeConfig(name="honest", drivers=("mock",), data_dir=env.data_dir),
+    )
+    await again.start()  # registration with the kept secret is accepted
+    try:
+        assert again.node_ids == [nid]
+        assert again.secrets[nid] == env.client.secrets[nid]
+    finally:
+        await again.stop()
