@@ -12,6 +12,11 @@ command -v gpg >/dev/null || need_apt+=(gnupg)
 command -v useradd >/dev/null || need_apt+=(passwd)
 command -v nft >/dev/null || need_apt+=(nftables)
 command -v ip >/dev/null || need_apt+=(iproute2)
+# bench/vs_openbao.py drives both servers with wrk (its parsing is unit-tested).
+command -v wrk >/dev/null || need_apt+=(wrk)
+# The web console's browser tests: Debian's headless chromium and its driver.
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
+[ -x /usr/bin/chromedriver ] || need_apt+=(chromium-driver)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -18,6 +16,7 @@ from pathlib import Path
 
 import aiohttp
 
+from services.dev_launch import popen_dev, stop_process
 from shared.localnet import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,27 +38,14 @@ class Dev:
 def trellis_dev(*extra: str) -> Iterator[Dev]:
     ports = [free_port() for _ in range(3)]
     data = tempfile.mkdtemp(prefix="trellis-bench-")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "services.cli",
-            "dev",
-            "--data-dir",
-            data,
-            "--secrets-addr",
-            f"127.0.0.1:{ports[0]}",
-            "--workspace-addr",
-            f"127.0.0.1:{ports[1]}",
-            "--scheduler-addr",
-            f"127.0.0.1:{ports[2]}",
-            *extra,
-        ],
-        cwd=ROOT,
+    proc = popen_dev(
+        ports,
+        "--data-dir",
+        data,
+        *extra,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     token = ""
     nats_url = ""
@@ -88,11 +74,7 @@ def trellis_dev(*extra: str) -> Iterator[Dev]:
             data_dir=data,
         )
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, signal.SIGINT, 30)
 
 
 @dataclass

@@ -134,6 +134,7 @@ async def main(args: argparse.Namespace) -> None:
             secrets_addr="127.0.0.1:0",
             workspace_addr="127.0.0.1:0",
             scheduler_addr="127.0.0.1:0",
+            insecure_bus=True,  # throwaway cluster: name-derived keys (shared/service_identity.py)
         )
         buses = [await Bus.connect(url, n) for n in ("gw", "sched", "echo", "client")]
         gw = Gateway(buses[0], settings)

@@ -101,6 +101,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         secrets_addr="127.0.0.1:0",
         workspace_addr="127.0.0.1:0",
         scheduler_addr="127.0.0.1:0",
+        insecure_bus=True,  # throwaway cluster: name-derived keys (shared/service_identity.py)
         log_level="warning",
     )
     buses: list[Bus] = []

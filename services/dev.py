@@ -18,6 +18,7 @@ from typing import Any
 
 from services import dev_nats, dev_tls
 from services.supervisor import (
+    TRAVERSE_DIR,
     Child,
     Supervisor,
     private_dir,
@@ -96,9 +97,9 @@ def _init_and_unseal(base: str, data_dir: Path, root_token: str) -> tuple[str, s
             raise SystemExit(f"init failed: {init}")
         key, token = init["keys"][0], init["root_token"]
         write_private(keys_path, json.dumps({"unseal_key": key, "root_token": token}))
-    code, body = http_json("POST", f"{base}/v1/sys/unseal", {"key": key})
+    code, body = _submit_kept(base, key, keys_path)
     if code != 200 or body.get("sealed"):
-        raise SystemExit(f"unseal failed: {body}")
+        raise SystemExit("unseal failed: " + str(body.get("errors", "still sealed")))
     if root_token and root_token != token:
         code, _ = http_json("GET", f"{base}/v1/auth/token/lookup-self", token=root_token)
         if code != 200:
@@ -111,8 +112,22 @@ def _init_and_unseal(base: str, data_dir: Path, root_token: str) -> tuple[str, s
             if code != 200:
                 raise SystemExit(f"cannot create the root token: {body}")
         token = root_token
-        write_private(keys_path, json.dumps({"unseal_key": key, "root_token": token}))
+        # Keep the shares a rekey left (unseal_keys) beside the new root token.
+        kept = json.loads(keys_path.read_text()) if keys_path.exists() else {}
+        write_private(keys_path, json.dumps({**kept, "unseal_key": key, "root_token": token}))
     return key, token
+
+
+def _submit_kept(base: str, key: str, keys_path: Path) -> tuple[int, Any]:
+    """Submit the kept unseal key, or after a rekey to several shares (unseal_keys), as many
+    of them as the threshold needs."""
+    kept = json.loads(keys_path.read_text()) if keys_path.exists() else {}
+    code, body = 0, {}
+    for share in kept.get("unseal_keys") or [key]:
+        code, body = http_json("POST", f"{base}/v1/sys/unseal", {"key": share})
+        if code != 200 or not body.get("sealed"):
+            break
+    return code, body
 
 
 def _bootstrap(sup: Supervisor, args: Any, data_dir: Path, started: list[Child]) -> tuple[str, str]:
@@ -168,7 +183,7 @@ def _unseal_after_restart(sup: Supervisor, base: str, data_dir: Path) -> Any:
                         sup.note(f"{child.name} is unsealed")
                         return
                     kept = json.loads((data_dir / KEYS_FILE).read_text())
-                    http_json("POST", f"{base}/v1/sys/unseal", {"key": kept["unseal_key"]})
+                    _submit_kept(base, kept["unseal_key"], data_dir / KEYS_FILE)
             time.sleep(0.2)
 
     return hook
@@ -178,6 +193,9 @@ def run_dev(args: Any) -> int:
     restrict_umask()
     data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="trellis-dev-")).resolve()
     private_dir(data_dir)
+    # Traversable, never listable: a task that runs as its own `user` reaches its alloc dir
+    # below; every file here stays 0600 and every other dir 0700.
+    data_dir.chmod(TRAVERSE_DIR)
     private_dir(data_dir / "logs")
     env = {
         **os.environ,
@@ -189,6 +207,8 @@ def run_dev(args: Any) -> int:
         "TRELLIS_API_ADDR": f"{dev_tls.scheme(args)}://{args.secrets_addr}",
         "TRELLIS_CLUSTER_ADDR": args.cluster_addr or f"127.0.0.1:{free_port()}",
         "PYTHONUNBUFFERED": "1",
+        # A rekey of the dev cluster rewrites the kept keys (services/secrets/core/rekey.py).
+        "TRELLIS_DEV_KEYS_FILE": str(data_dir / KEYS_FILE),
     }
     if args.plugin_directory:
         env["TRELLIS_PLUGIN_DIRECTORY"] = str(Path(args.plugin_directory).resolve())
@@ -247,9 +267,21 @@ def run_dev(args: Any) -> int:
                 **local,
             },
         }
-        for name in ("workspace", "scheduler"):
-            if name in wanted:
-                sup.service(name, extra_env=extra[name])
+        if "scheduler" in wanted:
+            # Secrets for tasks: a credential only for creating task tokens (not the root).
+            from services.scheduler.secrets_credential import provision
+
+            extra["scheduler"]["TRELLIS_SCHEDULER_SECRETS_TOKEN"] = provision(base, token)
+        for name in ("scheduler", "workspace"):
+            if name not in wanted:
+                continue
+            if name == "workspace" and args.acl and "scheduler" in wanted:
+                # Remote runs: the workspace service's own scheduler token (not the root).
+                from services.workspace.runner_credential import provision as runs_token
+
+                sched = f"{dev_tls.scheme(args)}://{args.scheduler_addr}"
+                extra[name]["TRELLIS_RUNNER_SCHEDULER_TOKEN"] = runs_token(sched, token)
+            sup.service(name, extra_env=extra[name])
         if "client" in wanted:
             # The client runs user code: it gets no token (it speaks for its node with its own
             # node secret), and its tasks get an environment built for them.

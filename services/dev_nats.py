@@ -21,6 +21,7 @@ from shared.cluster_identity import (
     write_secret_file,
 )
 from shared.nats_permissions import USERS, authorization_block
+from shared.service_identity import derive_service_key, write_service_key
 
 CREDS_DIR = "nats-users"
 CLUSTER_KEY = "cluster.key"
@@ -37,6 +38,8 @@ class DevBus:
     identity: ClusterIdentity | None = None
     cluster_key: Path | None = None
     crypto_key: Path | None = None
+    # The workspace's and scheduler's own keys (shared/service_identity.py), one file each.
+    service_keys: dict[str, Path] = field(default_factory=dict)
     insecure: bool = False
 
     def env_for(self, kind: str) -> dict[str, str]:
@@ -53,6 +56,8 @@ class DevBus:
                 env["TRELLIS_PLUGIN_NATS_CREDENTIALS_FILE"] = str(self.creds["plugin"])
         if kind == "crypto" and self.crypto_key is not None:
             env["TRELLIS_CRYPTO_KEY_FILE"] = str(self.crypto_key)
+        if kind in self.service_keys:
+            env["TRELLIS_SERVICE_KEY_FILE"] = str(self.service_keys[kind])
         return env
 
     def per_kind_env(self) -> dict[str, dict[str, str]]:
@@ -87,6 +92,16 @@ def identity(data_dir: Path) -> tuple[ClusterIdentity, Path, Path]:
     return ident, key_path, crypto_path
 
 
+def service_keys(data_dir: Path, ident: ClusterIdentity) -> dict[str, Path]:
+    """`<service>.key` (0600) for the workspace and scheduler: each process gets only its own."""
+    out: dict[str, Path] = {}
+    for service in ("workspace", "scheduler"):
+        path = data_dir / f"{service}.key"
+        write_service_key(path, derive_service_key(ident, service))
+        out[service] = path
+    return out
+
+
 def configured_cluster(data_dir: Path) -> str:
     """The cluster name the existing nats.conf was written for ("trellis" if none)."""
     conf = data_dir / "nats.conf"
@@ -116,6 +131,7 @@ def prepare(data_dir: Path, cluster: str, *, own_nats: bool, insecure: bool) -> 
     the services take their credentials from the environment/settings instead."""
     ident, key_path, crypto_path = identity(data_dir)
     bus = DevBus(identity=ident, cluster_key=key_path, crypto_key=crypto_path, insecure=insecure)
+    bus.service_keys = service_keys(data_dir, ident)
     if own_nats:
         bus.creds = credentials(data_dir)
         write_config(data_dir, cluster, bus.creds)
@@ -127,6 +143,7 @@ def existing(data_dir: Path) -> DevBus:
     cluster (benchmarks, tests): the same credentials and keys the dev children got."""
     ident, key_path, crypto_path = identity(data_dir)
     bus = DevBus(identity=ident, cluster_key=key_path, crypto_key=crypto_path)
+    bus.service_keys = service_keys(data_dir, ident)
     if (data_dir / CREDS_DIR).is_dir():
         bus.creds = credentials(data_dir)
     return bus

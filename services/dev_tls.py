@@ -43,6 +43,8 @@ class DevTls:
         for name in LISTENERS:
             out[f"TRELLIS_{name.upper()}_TLS__CERT_FILE"] = str(self.cert_file)
             out[f"TRELLIS_{name.upper()}_TLS__KEY_FILE"] = str(self.key_file)
+        # Remote run tasks (a public certificate) trust the dev CA.
+        out["TRELLIS_RUNNER_CA_FILE"] = str(self.ca_file)
         return out
 
 

@@ -27,6 +27,7 @@ from shared.localnet import free_port
 # Kubernetes gives a pod 30 s between SIGTERM and SIGKILL; finish well inside it.
 STOP_TIMEOUT = 25.0
 PRIVATE_DIR = 0o700
+TRAVERSE_DIR = 0o711  # others may pass through, never list
 PRIVATE_FILE = 0o600
 _PR_SET_CHILD_SUBREAPER = 36
 

@@ -1,11 +1,15 @@
-"""End-to-end encryption of secrets API envelopes between the gateway and the secrets replicas.
+"""End-to-end encryption of API envelopes between the gateway and a service's replicas (secrets,
+workspace, scheduler: one code path, parametrised by the service's name and key).
 
-Handshake (once per gateway session, on `{cluster}.api.secrets.session`): the gateway sends an
-ephemeral X25519 public key and a nonce; a replica answers with its own ephemeral key, a ticket,
-an expiry, and an Ed25519 signature over all of it by the secrets cluster key, which the gateway
-pins by public key. Both derive the session key from the X25519 secret (HKDF). The ticket is
-the session key sealed under a key every replica derives from the cluster key, so whichever
-replica of the queue group receives a request can open it; an impostor subscriber cannot.
+Handshake (once per gateway session and service, on `{cluster}.api.<service>.session`): the
+gateway sends an ephemeral X25519 public key and a nonce; a replica answers with its own
+ephemeral key, a ticket, an expiry, its service key and certificate (shared/service_identity.py:
+the cluster key's signature over the service name and key), and a signature over all of it by
+that service key. The gateway pins the cluster public key and accepts only a certificate for
+the service it asked for, so a workspace replica cannot answer for the secrets service. Both
+derive the session key from the X25519 secret (HKDF). The ticket is the session key sealed
+under the service's ticket key, so whichever replica of the queue group receives a request can
+open it; an impostor subscriber cannot.
 
 Per message: the request carries the ticket, a counter, and the envelope sealed with AES-GCM
 under the session key (nonce = direction + counter, so never reused); the reply is sealed with
@@ -23,6 +27,7 @@ import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import msgspec
 import structlog
@@ -33,14 +38,16 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from shared.bus import Bus, CallContext
-from shared.cluster_identity import ClusterIdentity
+from shared.bus import Bus, CallContext, decoder_for
+from shared.deferred import Deferred
 from shared.errors import BusTimeout, NoResponders, ServiceError
 from shared.messages import HttpRequest, HttpResponse
+from shared.service_identity import ServiceKey, verify_service
+from shared.subjects import Subject
 
 log = structlog.get_logger("api_session")
 
-PROTOCOL = b"trellis api session v1"
+PROTOCOL = b"trellis api session v2"
 TICKET_LIFETIME = 900.0
 ROTATE_AFTER = 600.0  # well before the ticket expires, so rotation never costs a refusal
 ROTATE_COUNT = 1 << 28
@@ -64,7 +71,9 @@ class SessionAccept(msgspec.Struct, kw_only=True):
     replica_public: bytes
     ticket: bytes
     expires: float
-    signature: bytes
+    service_public: bytes  # the service's certified Ed25519 key
+    certificate: bytes  # the cluster key's signature over the service name and that key
+    signature: bytes  # by the service key, over the transcript
 
 
 class SealedRequest(msgspec.Struct, kw_only=True):
@@ -78,11 +87,13 @@ class SealedReply(msgspec.Struct, kw_only=True):
 
 
 class ApiReply(msgspec.Struct, kw_only=True):
-    response: HttpResponse | None = None
+    response: HttpResponse | None = None  # the HTTP API's answer
+    body: bytes = b""  # an RPC channel's answer, msgpack of its reply type
     code: int = 0
     message: str = ""
 
 
+T = TypeVar("T")
 _request_enc = msgspec.msgpack.Encoder()
 _request_dec = msgspec.msgpack.Decoder(HttpRequest)
 _reply_dec = msgspec.msgpack.Decoder(ApiReply)
@@ -92,15 +103,21 @@ def _nonce(direction: int, counter: int) -> bytes:
     return bytes([direction]) + counter.to_bytes(11, "big")
 
 
-def _aad(cluster: str, direction: bytes) -> bytes:
-    return PROTOCOL + b"\x00" + cluster.encode() + b"\x00" + direction
+def _aad(cluster: str, service: str, direction: bytes, channel: str = "") -> bytes:
+    """Binds a box to its cluster, service, direction and channel ("" for the HTTP API, the
+    RPC name otherwise), so a box made for one channel never opens on another."""
+    if channel:
+        direction += b":" + channel.encode()
+    return b"\x00".join((PROTOCOL, cluster.encode(), service.encode(), direction))
 
 
-def _transcript(cluster: str, hello: SessionHello, accept: SessionAccept) -> bytes:
+def _transcript(cluster: str, service: str, hello: SessionHello, accept: SessionAccept) -> bytes:
     return b"\x00".join(
         (
             PROTOCOL,
             cluster.encode(),
+            service.encode(),
+            accept.service_public,
             hello.gateway_public,
             hello.nonce,
             accept.replica_public,
@@ -110,8 +127,12 @@ def _transcript(cluster: str, hello: SessionHello, accept: SessionAccept) -> byt
     )
 
 
-def _session_key(shared: bytes, cluster: str, hello: SessionHello, replica_public: bytes) -> bytes:
-    info = PROTOCOL + cluster.encode() + hello.gateway_public + replica_public
+def _session_key(
+    shared: bytes, cluster: str, service: str, hello: SessionHello, replica_public: bytes
+) -> bytes:
+    info = b"\x00".join(
+        (PROTOCOL, cluster.encode(), service.encode(), hello.gateway_public, replica_public)
+    )
     return HKDF(hashes.SHA256(), 32, salt=hello.nonce, info=info).derive(shared)
 
 
@@ -130,18 +151,22 @@ class _ClientSession:
 
 
 class SessionClient:
-    """The gateway's encrypted channel to the secrets cluster pinned by `public_key`."""
+    """The gateway's encrypted channel to `service`, certified by the cluster key `public_key`
+    pins."""
 
-    def __init__(self, bus: Bus, cluster: str, subject: str, public_key: Ed25519PublicKey) -> None:
+    def __init__(
+        self, bus: Bus, cluster: str, service: str, subject: str, public_key: Ed25519PublicKey
+    ) -> None:
         self.bus = bus
         self.cluster = cluster
+        self.service = service
         self.subject = subject
         self.handshake_subject = subject + ".session"
         self.public_key = public_key
         self._session: _ClientSession | None = None
         self._lock = asyncio.Lock()
-        self._req_aad = _aad(cluster, b"req")
-        self._rep_aad = _aad(cluster, b"rep")
+        self._req_aad = _aad(cluster, service, b"req")
+        self._rep_aad = _aad(cluster, service, b"rep")
 
     async def session(self) -> _ClientSession:
         s = self._session
@@ -158,8 +183,9 @@ class SessionClient:
             self._session = None
 
     async def _handshake(self) -> _ClientSession:
-        """Try until a replica proves it holds the cluster key; impostors' answers are dropped
-        (the queue group may hand the next try to a genuine replica)."""
+        """Try until a replica proves it holds the service key the cluster key certified for
+        this service; impostors' answers are dropped (the queue group may hand the next try to
+        a genuine replica)."""
         for _ in range(HANDSHAKE_TRIES):
             private = X25519PrivateKey.generate()
             hello = SessionHello(
@@ -169,24 +195,68 @@ class SessionClient:
                 accept = await self.bus.request(
                     self.handshake_subject, hello, SessionAccept, timeout=HANDSHAKE_TIMEOUT
                 )
-                self.public_key.verify(accept.signature, _transcript(self.cluster, hello, accept))
+                service_key = verify_service(
+                    self.public_key, self.service, accept.service_public, accept.certificate
+                )
+                service_key.verify(
+                    accept.signature, _transcript(self.cluster, self.service, hello, accept)
+                )
                 shared = private.exchange(X25519PublicKey.from_public_bytes(accept.replica_public))
             except (NoResponders, BusTimeout):
                 raise
             except (ServiceError, InvalidSignature, ValueError, msgspec.DecodeError) as exc:
                 log.warning("session handshake refused", reason=type(exc).__name__)
                 continue
-            key = _session_key(shared, self.cluster, hello, accept.replica_public)
+            key = _session_key(shared, self.cluster, self.service, hello, accept.replica_public)
             return _ClientSession(AESGCM(key), accept.ticket, time.monotonic())
-        raise ServiceError(502, "no genuine secrets replica answered the session handshake")
+        raise ServiceError(502, f"no genuine {self.service} replica answered the session handshake")
 
     async def call(
         self, env: HttpRequest, *, timeout: float, request_id: str = "", caller: str = ""
     ) -> HttpResponse:
-        """Send one envelope sealed and open the reply. A reply that does not open came from
+        """Send one HTTP envelope sealed and open the reply."""
+        reply = await self._exchange(
+            self.subject, env, "", timeout=timeout, request_id=request_id, caller=caller
+        )
+        assert reply.response is not None
+        return reply.response
+
+    async def request(
+        self, subject: str, message: Any, reply_type: type[T], *, channel: str, timeout: float
+    ) -> T:
+        """An RPC to the same service on `subject` (e.g. a client node's calls to the
+        scheduler), sealed under this session and bound to `channel`."""
+        reply = await self._exchange(subject, message, channel, timeout=timeout)
+        return decoder_for(reply_type).decode(reply.body)
+
+    async def publish(self, subject: str, message: Any, *, channel: str) -> None:
+        """A sealed one-way message (no reply awaited) on `subject`."""
+        s = await self.session()
+        s.counter += 1
+        plain = _TS.pack(time.time()) + _request_enc.encode(message)
+        box = s.aead.encrypt(_nonce(0, s.counter), plain, self._aad("req", channel))
+        await self.bus.publish(subject, SealedRequest(ticket=s.ticket, counter=s.counter, box=box))
+
+    def _aad(self, direction: str, channel: str) -> bytes:
+        if not channel:
+            return self._req_aad if direction == "req" else self._rep_aad
+        return _aad(self.cluster, self.service, direction.encode(), channel)
+
+    async def _exchange(
+        self,
+        subject: str,
+        message: Any,
+        channel: str,
+        *,
+        timeout: float,
+        request_id: str = "",
+        caller: str = "",
+    ) -> ApiReply:
+        """Send one message sealed and open the reply. A reply that does not open came from
         no genuine replica (they seal every answer once they opened a request), so the
         request never reached the service: it is sent again, and a 502 after UNAUTHENTIC_TRIES."""
-        plain = _TS.pack(time.time()) + _request_enc.encode(env)
+        plain = _TS.pack(time.time()) + _request_enc.encode(message)
+        req_aad, rep_aad = self._aad("req", channel), self._aad("rep", channel)
         refused = False
         for _ in range(UNAUTHENTIC_TRIES):
             s = await self.session()
@@ -195,20 +265,18 @@ class SessionClient:
             req = SealedRequest(
                 ticket=s.ticket,
                 counter=counter,
-                box=s.aead.encrypt(_nonce(0, counter), plain, self._req_aad),
+                box=s.aead.encrypt(_nonce(0, counter), plain, req_aad),
             )
             try:
                 sealed = await self.bus.request(
-                    self.subject,
+                    subject,
                     req,
                     SealedReply,
                     timeout=timeout,
                     request_id=request_id,
                     caller=caller,
                 )
-                reply = _reply_dec.decode(
-                    s.aead.decrypt(_nonce(1, counter), sealed.box, self._rep_aad)
-                )
+                reply = _reply_dec.decode(s.aead.decrypt(_nonce(1, counter), sealed.box, rep_aad))
             except (NoResponders, BusTimeout):
                 raise
             except ServiceError as exc:
@@ -216,19 +284,26 @@ class SessionClient:
                 if exc.code == SESSION_REFUSED and not refused:
                     refused = True
                     self.forget(s)
-                log.warning("unauthenticated reply on the secrets subject", request_id=request_id)
+                log.warning(
+                    "unauthenticated reply on the API subject",
+                    service=self.service,
+                    request_id=request_id,
+                )
                 continue
             except (InvalidTag, msgspec.DecodeError):
-                log.warning("unauthenticated reply on the secrets subject", request_id=request_id)
+                log.warning(
+                    "unauthenticated reply on the API subject",
+                    service=self.service,
+                    request_id=request_id,
+                )
                 continue
             if reply.code:
                 raise ServiceError(reply.code, reply.message)
-            assert reply.response is not None
-            return reply.response
-        raise ServiceError(502, "the secrets service's reply could not be authenticated")
+            return reply
+        raise ServiceError(502, f"the {self.service} service's reply could not be authenticated")
 
 
-# ---- the secrets replicas' side ------------------------------------------------------------
+# ---- the service replicas' side ------------------------------------------------------------
 
 
 @dataclass
@@ -256,23 +331,22 @@ class SessionRefused(ServiceError):
         super().__init__(SESSION_REFUSED, why)
 
 
-ApiHandler = Callable[[HttpRequest, CallContext], Awaitable[HttpResponse]]
+ApiHandler = Callable[[HttpRequest, CallContext], Awaitable[HttpResponse | Deferred]]
 
 
 class SessionServer:
-    """A secrets replica's side: answers handshakes, opens requests, seals replies."""
+    """A service replica's side: answers handshakes, opens requests, seals replies."""
 
     MAX_SESSIONS = 4096
 
-    def __init__(self, identity: ClusterIdentity, cluster: str) -> None:
-        if identity.signing_key is None or identity.ticket_key is None:
-            raise ValueError("the secrets side of API sessions needs the cluster key")
-        self.identity = identity
+    def __init__(self, key: ServiceKey, cluster: str) -> None:
+        self.key = key
         self.cluster = cluster
-        self._tickets = AESGCM(identity.ticket_key)
-        self._ticket_aad = _aad(cluster, b"ticket")
-        self._req_aad = _aad(cluster, b"req")
-        self._rep_aad = _aad(cluster, b"rep")
+        service = key.service
+        self._tickets = AESGCM(key.ticket_key)
+        self._ticket_aad = _aad(cluster, service, b"ticket")
+        self._req_aad = _aad(cluster, service, b"req")
+        self._rep_aad = _aad(cluster, service, b"rep")
         self._sessions: dict[bytes, _ServerSession] = {}
 
     async def handshake(self, hello: SessionHello, _ctx: CallContext) -> SessionAccept:
@@ -281,15 +355,21 @@ class SessionServer:
         private = X25519PrivateKey.generate()
         replica_public = private.public_key().public_bytes_raw()
         shared = private.exchange(X25519PublicKey.from_public_bytes(hello.gateway_public))
-        key = _session_key(shared, self.cluster, hello, replica_public)
+        service = self.key.service
+        key = _session_key(shared, self.cluster, service, hello, replica_public)
         expires = time.time() + TICKET_LIFETIME
         nonce = os.urandom(12)
         ticket = nonce + self._tickets.encrypt(nonce, key + _TS.pack(expires), self._ticket_aad)
         accept = SessionAccept(
-            replica_public=replica_public, ticket=ticket, expires=expires, signature=b""
+            replica_public=replica_public,
+            ticket=ticket,
+            expires=expires,
+            service_public=self.key.public,
+            certificate=self.key.certificate,
+            signature=b"",
         )
-        assert self.identity.signing_key is not None
-        accept.signature = self.identity.signing_key.sign(_transcript(self.cluster, hello, accept))
+        transcript = _transcript(self.cluster, service, hello, accept)
+        accept.signature = self.key.signing_key.sign(transcript)
         return accept
 
     def _session(self, ticket: bytes, now: float) -> _ServerSession:
@@ -310,18 +390,51 @@ class SessionServer:
         return s
 
     def serve(
-        self, handler: ApiHandler
-    ) -> Callable[[SealedRequest, CallContext], Awaitable[SealedReply]]:
-        """Wrap an API handler: open the request, run it, seal whatever it answers."""
+        self, handler: Any, request_type: Any = HttpRequest, *, channel: str = ""
+    ) -> Callable[[SealedRequest, CallContext], Awaitable[SealedReply | Deferred]]:
+        """Wrap a handler: open the request, run it, seal whatever it answers. The HTTP API
+        (the default) answers HttpResponse; an RPC channel (`channel` set) answers any
+        msgspec value of its own. A Deferred answer (a blocking query, shared/deferred.py)
+        stays deferred and is sealed when it is finally built, under the same counter's reply
+        nonce."""
+        cluster, service = self.cluster, self.key.service
+        req_aad = _aad(cluster, service, b"req", channel) if channel else self._req_aad
+        rep_aad = _aad(cluster, service, b"rep", channel) if channel else self._rep_aad
+        request_dec = _request_dec if request_type is HttpRequest else decoder_for(request_type)
 
-        async def on_sealed(req: SealedRequest, ctx: CallContext) -> SealedReply:
+        def seal(s: _ServerSession, counter: int, reply: ApiReply) -> SealedReply:
+            box = s.aead.encrypt(_nonce(1, counter), _request_enc.encode(reply), rep_aad)
+            return SealedReply(box=box)
+
+        async def answer(
+            s: _ServerSession, counter: int, run: Callable[[], Awaitable[HttpResponse | Deferred]]
+        ) -> SealedReply | Deferred:
+            try:
+                result = await run()
+                if isinstance(result, Deferred):
+                    later = result.finish
+                    return Deferred(result.ready, lambda: answer(s, counter, later))
+                if channel:
+                    reply = ApiReply(body=_request_enc.encode(result))
+                else:
+                    reply = ApiReply(response=result)
+            except ServiceError as exc:
+                reply = ApiReply(code=exc.code, message=exc.message)
+            except msgspec.DecodeError:
+                reply = ApiReply(code=400, message="malformed envelope")
+            except Exception:
+                log.exception("handler failed", service=self.key.service)
+                reply = ApiReply(code=500, message="internal error")
+            return seal(s, counter, reply)
+
+        async def on_sealed(req: SealedRequest, ctx: CallContext) -> SealedReply | Deferred:
             now = time.time()
             s = self._session(req.ticket, now)
             counter = req.counter
             if not 0 < counter < 1 << 88:
                 raise ServiceError(400, "malformed sealed request")
             try:
-                plain = s.aead.decrypt(_nonce(0, counter), req.box, self._req_aad)
+                plain = s.aead.decrypt(_nonce(0, counter), req.box, req_aad)
             except InvalidTag:
                 raise ServiceError(400, "the sealed request does not open") from None
             (sent,) = _TS.unpack(plain[:8])
@@ -329,16 +442,32 @@ class SessionServer:
                 raise ServiceError(400, "stale sealed request")
             if not s.fresh(counter):
                 raise ServiceError(400, "replayed sealed request")
-            try:
-                reply = ApiReply(response=await handler(_request_dec.decode(plain[8:]), ctx))
-            except ServiceError as exc:
-                reply = ApiReply(code=exc.code, message=exc.message)
-            except msgspec.DecodeError:
-                reply = ApiReply(code=400, message="malformed envelope")
-            except Exception:
-                log.exception("handler failed", subject=ctx.subject)
-                reply = ApiReply(code=500, message="internal error")
-            box = s.aead.encrypt(_nonce(1, counter), _request_enc.encode(reply), self._rep_aad)
-            return SealedReply(box=box)
+            return await answer(s, counter, lambda: handler(request_dec.decode(plain[8:]), ctx))
 
         return on_sealed
+
+
+async def serve_api(
+    bus: Bus,
+    key: ServiceKey,
+    cluster: str,
+    api: Subject,
+    handler: ApiHandler,
+    *,
+    concurrency: int,
+) -> SessionServer:
+    """Serve a service's API sealed end to end: the handshake subject (`<api>.session`) and
+    the API subject, which takes only sealed envelopes. The same for every service."""
+    sessions = SessionServer(key, cluster)
+    subject = api.on(cluster)
+    await bus.serve(
+        subject + ".session",
+        sessions.handshake,
+        SessionHello,
+        queue=api.queue,
+        concurrency=concurrency,
+    )
+    await bus.serve(
+        subject, sessions.serve(handler), SealedRequest, queue=api.queue, concurrency=concurrency
+    )
+    return sessions

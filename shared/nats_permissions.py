@@ -64,28 +64,44 @@ TABLE: dict[str, Permissions] = {
         publish=(
             "{c}_workspace.>",
             "{c}.secrets.datakey",
+            # Remote runs: plans and applies are submitted to the scheduler as jobs.
+            "{c}.api.scheduler",
+            "{c}.api.scheduler.session",
             "$O.{c}_workspace_snapshots.>",
             "$O.{c}_workspace_states.>",
             "$KV.{c}_leases.>",
             *_JS,
         ),
-        subscribe=("{c}.api.workspace", "_INBOX.>"),
-        doc="its API, its log, its snapshots, its data keys",
+        subscribe=("{c}.api.workspace", "{c}.api.workspace.session", "_INBOX.>"),
+        doc="its API, its log, its snapshots, its data keys, run jobs to the scheduler",
     ),
     "scheduler": Permissions(
         publish=(
             "{c}.sched.>",
+            # Secrets for tasks: tokens and template reads through the sealed secrets API.
+            "{c}.api.secrets",
+            "{c}.api.secrets.session",
             "{c}_sched.>",
+            "{c}.secrets.datakey",
             "$O.{c}_sched_snapshots.>",
             "$KV.{c}_sched_leader.>",
             *_JS,
         ),
-        subscribe=("{c}.api.scheduler", "{c}.sched.>", "_INBOX.>"),
-        doc="its API, its RPC subjects, its log and snapshots",
+        subscribe=(
+            "{c}.api.scheduler",
+            "{c}.api.scheduler.session",
+            "{c}.sched.>",
+            "_INBOX.>",
+        ),
+        doc="its API, its RPC subjects, its log and snapshots, its data keys (Variables), "
+        "task secrets through the secrets API",
     ),
     "client": Permissions(
-        publish=("{c}.sched.node.>", "{c}.sched.alloc.>", "_INBOX.>"),
-        subscribe=("{c}.sched.node.>", "_INBOX.>"),
+        # `.session`: the handshake of its sealed channel to the scheduler (api_session.py).
+        publish=("{c}.sched.node.>", "{c}.sched.alloc.>", "{c}.api.scheduler.session", "_INBOX.>"),
+        # Only the requests addressed to a node (its files, its figures): never the other
+        # nodes' RPCs, which carry their node secrets and task-secret requests.
+        subscribe=("{c}.sched.node.fs.>", "{c}.sched.node.stats.>", "_INBOX.>"),
         doc="client nodes talk to the scheduler's RPC subjects only",
     ),
     "plugin": Permissions(

@@ -49,6 +49,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     cluster_key_file: str = ""
     cluster_public_key: str = ""
     crypto_key_file: str = ""
+    # A workspace or scheduler process's own key and certificate (shared/service_identity.py).
+    service_key_file: str = ""
     # The NATS credentials file handed to plugin processes (a user limited to plugin subjects).
     plugin_nats_credentials_file: str = ""
     # JetStream replica count for buckets and streams: 1 in dev, 3 on a cluster.
@@ -69,6 +71,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     max_request_bytes: int = 32 * 1024 * 1024
     request_timeout: float = 90.0
     require_request_header: bool = False
+    # sys/metrics without a token (Vault's telemetry unauthenticated_metrics_access).
+    unauthenticated_metrics_access: bool = False
     log_json: bool = True
     log_level: str = "info"
     seal: SealSettings = msgspec.field(default_factory=SealSettings)
@@ -82,6 +86,15 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # (TRELLIS_SCHEDULER_MANAGEMENT_TOKEN), which counts as the ACL bootstrap.
     scheduler_acl: bool = False
     scheduler_management_token: str = ""
+    # Remote runs (services/workspace/executor.py): the workspace API's address as clients and
+    # run tasks reach it (empty: derived from workspace_addr and workspace_tls), the terraform
+    # binary a run task executes, the CA certificate run tasks trust, the datacenter their
+    # jobs go to, and the workspace service's own scheduler ACL token (empty without ACLs).
+    workspace_public_url: str = ""
+    runner_terraform: str = "terraform"
+    runner_ca_file: str = ""
+    runner_datacenter: str = "dc1"
+    runner_scheduler_token: str = ""
 
 
 def _coerce(value: str) -> Any:

@@ -32,16 +32,16 @@ API_SECRETS = Subject(
 API_WORKSPACE = Subject(
     "api.workspace",
     "workspace",
-    "HttpRequest",
-    "HttpResponse",
-    "workspace management HTTP API (/api/v2/...)",
+    "SealedRequest",
+    "SealedReply",
+    "workspace management HTTP API (/api/v2/...), sealed end to end (shared/api_session.py)",
 )
 API_SCHEDULER = Subject(
     "api.scheduler",
     "scheduler",
-    "HttpRequest",
-    "HttpResponse",
-    "job scheduler HTTP API (/v1/jobs, /v1/job/...)",
+    "SealedRequest",
+    "SealedReply",
+    "job scheduler HTTP API (/v1/jobs, /v1/job/...), sealed end to end (shared/api_session.py)",
 )
 
 # The handshake of the gateway's end-to-end encrypted session with the secrets replicas
@@ -53,6 +53,22 @@ SECRETS_SESSION = Subject(
     "SessionHello",
     "SessionAccept",
     "a gateway opens an encrypted session with the secrets cluster",
+)
+# The same handshake with the workspace and scheduler services, each signed by its own
+# service key (shared/service_identity.py).
+WORKSPACE_SESSION = Subject(
+    "api.workspace.session",
+    "workspace",
+    "SessionHello",
+    "SessionAccept",
+    "a gateway opens an encrypted session with the workspace service",
+)
+SCHEDULER_SESSION = Subject(
+    "api.scheduler.session",
+    "scheduler",
+    "SessionHello",
+    "SessionAccept",
+    "a gateway opens an encrypted session with the scheduler service",
 )
 
 # The echo service the benchmarks compare against; served by every secrets replica.
@@ -113,6 +129,8 @@ ALL: tuple[Subject, ...] = (
     API_WORKSPACE,
     API_SCHEDULER,
     SECRETS_SESSION,
+    WORKSPACE_SESSION,
+    SCHEDULER_SESSION,
     ECHO,
     SEAL_SHARE,
     SEAL_SEALED,

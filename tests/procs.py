@@ -9,15 +9,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import requests
 
+from services.dev_launch import ROOT, popen_dev, stop_process
+from services.supervisor import direct_children
 from tests.conftest import free_port
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass
@@ -32,39 +33,31 @@ class DevProcess:
     ca_file: str = ""  # `--tls`: the dev CA clients must trust
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(40)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        return stop_process(self.proc, signal.SIGINT, 40)
+
+    @property
+    def nats_url(self) -> str:
+        """The NATS address the banner printed."""
+        return banner_value(self.output, r"NATS:\s+(\S+)", "NATS address")
+
+    @property
+    def data_dir(self) -> str:
+        """The data dir the banner printed ("Trellis is running ..., data in DIR, ...")."""
+        return banner_value(self.output, r"Trellis is running.*data in (\S+),", "data dir")
+
+
+def banner_value(output: list[str], pattern: str, what: str) -> str:
+    """The first group of the first banner line `pattern` matches (from its start)."""
+    for line in output:
+        if m := re.match(pattern, line):
+            return m.group(1)
+    raise AssertionError(f"trellis dev printed no {what}:\n" + "".join(output))
 
 
 def start_dev(*args: str, timeout: float = 120.0) -> DevProcess:
     """Start `trellis dev` and wait for its banner."""
     ports = [free_port() for _ in range(3)]
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "services.cli",
-            "dev",
-            "--secrets-addr",
-            f"127.0.0.1:{ports[0]}",
-            "--workspace-addr",
-            f"127.0.0.1:{ports[1]}",
-            "--scheduler-addr",
-            f"127.0.0.1:{ports[2]}",
-            *args,
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    proc = popen_dev(ports, *args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out: list[str] = []
     token = key = ca = ""
     # The banner says http:// or https:// (`--tls`); default to what the ports imply.
@@ -133,6 +126,36 @@ def spawn_service(
     )
 
 
+def server_config(
+    nats_url: str, tmp_path: Path, prefix: str = "srv", log_json: bool = True
+) -> tuple[Path, list[int]]:
+    """A `trellis server` config on free ports (secrets, workspace, scheduler) and the ports."""
+    ports = [free_port() for _ in range(3)]
+    cfg = tmp_path / "trellis.yaml"
+    cfg.write_text(
+        f"nats_url: {nats_url}\n"
+        f"cluster_name: {prefix}{ports[0]}\n"
+        f"secrets_addr: 127.0.0.1:{ports[0]}\n"
+        f"workspace_addr: 127.0.0.1:{ports[1]}\n"
+        f"scheduler_addr: 127.0.0.1:{ports[2]}\n"
+        f"cluster_addr: 127.0.0.1:{free_port()}\n"
+        + ("log_json: true\n" if log_json else "")
+        # The session's NATS admits anyone (tests/security covers the refusal).
+        + "insecure_bus: true\n"
+    )
+    return cfg, ports
+
+
+def start_server(cfg: Path, *wrapper: str) -> subprocess.Popen[bytes]:
+    """`trellis server --config cfg` (under `wrapper`, e.g. unshare), its output discarded."""
+    return subprocess.Popen(
+        [*wrapper, sys.executable, "-m", "services.cli", "server", "--config", str(cfg)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 def wait_http(url: str, timeout: float = 60.0, ok: tuple[int, ...] = (200,)) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -141,3 +164,59 @@ def wait_http(url: str, timeout: float = 60.0, ok: tuple[int, ...] = (200,)) -> 
                 return
         time.sleep(0.1)
     raise AssertionError(f"{url} not ready in {timeout}s")
+
+
+def until(
+    pred: Callable[[], Any], timeout: float = 60.0, what: str = "condition", interval: float = 0.2
+) -> Any:
+    """Poll `pred` until it returns something true (returned) or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(interval)
+    doc = f" ({pred.__doc__})" if pred.__doc__ else ""
+    raise AssertionError(f"{what} not met within {timeout:.0f}s{doc}")
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, children before their own children."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in direct_children(todo.pop()):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def proc_state(pid: int) -> str:
+    """The state letter of `pid` in /proc (R, S, Z...); "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return ""
+
+
+def alive(pid: int) -> bool:
+    """`pid` runs (a zombie does not count)."""
+    return proc_state(pid) not in ("", "Z")
+
+
+def dev_client_agent(nats_url: str) -> tuple[int, dict[str, str]]:
+    """The pid and environment of the dev client agent on `nats_url`, read from /proc."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if b"services.cli" not in cmd or b"client" not in cmd:
+                continue
+            raw = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        env = dict(
+            item.decode(errors="replace").split("=", 1) for item in raw.split(b"\0") if b"=" in item
+        )
+        if env.get("TRELLIS_NATS_URL") == nats_url:
+            return int(pid), env
+    raise AssertionError("the dev client agent process was not found")

@@ -10,15 +10,15 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from services.dev_launch import popen_dev, stop_process
 from services.drill.base import DrillOptions, finish, ticker, workdir
-from services.drill.cluster import ROOT, Gateway, http
+from services.drill.cluster import Gateway, http
 from services.drill.faults import FaultEvent
 from services.drill.load import Clock, Load, create_org
 from services.drill.progress import Progress
@@ -42,14 +42,7 @@ class DevSession:
         return pids[0] if len(pids) == 1 else 0
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        return stop_process(self.proc, signal.SIGTERM, 60)
 
 
 def start_dev(wd: Path, timeout: float = 180.0) -> DevSession:
@@ -57,29 +50,17 @@ def start_dev(wd: Path, timeout: float = 180.0) -> DevSession:
     token = f"drill-{uuid.uuid4().hex}"
     out = wd / "dev.out"
     with open(out, "wb") as sink:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "services.cli",
-                "dev",
-                "--data-dir",
-                str(wd / "dev"),
-                "--root-token",
-                token,
-                "--secrets-addr",
-                f"127.0.0.1:{ports[0]}",
-                "--workspace-addr",
-                f"127.0.0.1:{ports[1]}",
-                "--scheduler-addr",
-                f"127.0.0.1:{ports[2]}",
-            ],
-            cwd=ROOT,
+        proc = popen_dev(
+            ports,
+            "--data-dir",
+            str(wd / "dev"),
+            "--root-token",
+            token,
             stdout=sink,
             stderr=subprocess.STDOUT,
             # The gateway answers 504 for a request its killed replica never replied to, well
             # before the load's client timeout (as the drills' own clusters do).
-            env={**os.environ, "PYTHONPATH": str(ROOT), "TRELLIS_REQUEST_TIMEOUT": "5"},
+            env={"TRELLIS_REQUEST_TIMEOUT": "5"},
         )
     session = DevSession(proc, Gateway(*(f"http://127.0.0.1:{p}" for p in ports)), token, out)
     deadline = time.monotonic() + timeout

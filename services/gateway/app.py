@@ -11,11 +11,11 @@ import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from services.gateway import metrics
+from services.gateway import metrics, streams, ui
 from services.gateway.apis import ApiSpec
 from services.gateway.deadline import request_deadline
 from services.gateway.readiness import ServiceProbe
-from services.gateway.secure import Channel, secrets_channel
+from services.gateway.secure import Channel, service_channel
 from shared.bus import Bus
 from shared.errors import NoResponders, ServiceError
 from shared.messages import HttpRequest, HttpResponse
@@ -79,12 +79,16 @@ async def forward(
 
 
 def create_app(
-    api: ApiSpec, bus: Bus, settings: Settings, ready: dict[str, bool]
+    api: ApiSpec,
+    bus: Bus,
+    settings: Settings,
+    ready: dict[str, bool],
+    ui_proxies: dict[str, ui.Handler] | None = None,
 ) -> web.Application:
     subject = api.subject.on(settings.cluster_name)
     echo_subject = ECHO.on(settings.cluster_name)
-    # The secrets API never crosses the bus in the clear (docs/bus-security.md).
-    channel = secrets_channel(bus, settings) if api.name == "secrets" else None
+    # No API envelope crosses the bus in the clear (docs/bus-security.md).
+    channel = service_channel(bus, settings, api.name, api.subject)
     limit = settings.max_request_bytes
 
     @web.middleware
@@ -186,6 +190,15 @@ def create_app(
             remote_addr=request.remote or "",
             request_id=rid,
         )
+        if streams.is_stream(api.name, env.method, env.path, env.query):
+            # A long-lived stream: the service answers it chunk by chunk (gateway/streams.py).
+            async def send(e: HttpRequest, t: float) -> HttpResponse:
+                return await forward(bus, subject, e, t, api.name, channel)
+
+            try:
+                return await streams.relay(request, env, send)
+            except ServiceError as exc:
+                return _error(api, exc.code, exc.message, rid)
         timeout = request_deadline(request.query, settings.request_timeout, api.blocking_queries)
         try:
             reply = await forward(bus, subject, env, timeout, api.name, channel)
@@ -210,6 +223,10 @@ def create_app(
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", prometheus)
     app.router.add_route("*", "/_echo", echo)
+    # The web console; `ui_proxies` (shared by the gateway's listeners) lets it reach all three.
+    ui_proxies = {} if ui_proxies is None else ui_proxies
+    ui_proxies[api.name] = proxy
+    ui.mount(app, api, ui_proxies)
     # `[\s\S]*`, not `.*`: a path with an encoded newline (%0A) must still reach the proxy,
     # or aiohttp's own 404 escapes the middleware as a 500.
     app.router.add_route("*", r"/{tail:[\s\S]*}", proxy)

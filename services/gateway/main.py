@@ -8,6 +8,7 @@ import resource
 import structlog
 from aiohttp import web
 
+from services.gateway import ui
 from services.gateway.any_method import runner_for
 from services.gateway.apis import SCHEDULER, SECRETS, WORKSPACE
 from services.gateway.app import create_app
@@ -49,6 +50,8 @@ class Gateway:
         self.state = {"ready": False}
         self.runners: list[web.AppRunner] = []
         self.addresses: dict[str, str] = {}
+        # Each listener's forwarding handler, so the console on any listener reaches all three.
+        self.ui_proxies: dict[str, ui.Handler] = {}
 
     @property
     def ready(self) -> bool:
@@ -61,7 +64,7 @@ class Gateway:
             (WORKSPACE, self.settings.workspace_addr),
             (SCHEDULER, self.settings.scheduler_addr),
         ):
-            app = create_app(api, self.bus, self.settings, self.state)
+            app = create_app(api, self.bus, self.settings, self.state, self.ui_proxies)
             # A blocking query whose client went away stops waiting at once instead of holding
             # its connection's memory until its wait (up to 10 minutes) runs out.
             runner = runner_for(

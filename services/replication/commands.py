@@ -140,3 +140,6 @@ DrCommand = (
 class DrReply(msgspec.Struct, kw_only=True, omit_defaults=True):
     data: dict[str, Any] | None = None
     warnings: list[str] = []
+    # Promote only: the primary's unseal key, for the asking secrets replica to unseal with.
+    # Travels only inside the sealed reply box; never part of an API answer.
+    unseal_key: bytes = b""

@@ -51,6 +51,14 @@ class DrLink:
         self.core.dr_mode = self.state.mode
         self._task = asyncio.create_task(self._follow())
 
+    async def refresh(self) -> None:
+        """Read the DR state now rather than when the watch delivers it (after a command that
+        changed it, before acting on the new mode)."""
+        assert self.store is not None
+        state = await self.store.load()
+        if state.mode != self.state.mode or state.generation != self.state.generation:
+            await self._changed(state)
+
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.replication import otp as otp_codec
-from services.replication import pgp
+from services.replication import pgp, promote_key
 from services.secrets import shamir
 from services.secrets.core.seal import ROOT_KEY, SealConfig, decode_share
 from services.secrets.core.tokens import random_b62
@@ -110,8 +110,9 @@ class OperationTokens:
     def cancel(self) -> None:
         self.attempt = None
 
-    async def update(self, key: str, nonce: str) -> tuple[dict[str, Any], str]:
-        """Add one share; returns (record, token) with the token set once complete."""
+    async def update(self, key: str, nonce: str) -> tuple[dict[str, Any], str, bytes]:
+        """Add one share; returns (record, token, wrapped KEK) with the token set once
+        complete, and the proven KEK wrapped under it (promote_key.py)."""
         a = self.attempt
         if a is None:
             raise ServiceError(400, "no operation token generation is in progress")
@@ -134,7 +135,7 @@ class OperationTokens:
             raise ServiceError(400, "this key share was already given in this attempt")
         a.shares[share[-1] if config.secret_shares > 1 else 0] = share
         if len(a.shares) < a.required:
-            return self.record(), ""
+            return self.record(), "", b""
         parts = list(a.shares.values())
         try:
             kek = parts[0] if config.secret_shares == 1 else shamir.combine(parts)
@@ -145,6 +146,7 @@ class OperationTokens:
                 400, "the key shares do not open the primary's root key; progress was reset"
             ) from None
         token = TOKEN_PREFIX + random_b62(24)
+        wrapped = promote_key.wrap(token, token_hash(token), kek)
         if a.pgp_key:
             encoded = await pgp.encrypt(a.pgp_key, token.encode())
         else:
@@ -152,4 +154,4 @@ class OperationTokens:
         out = self.record()
         out.update(progress=a.required, complete=True, encoded_token=encoded)
         self.attempt = None
-        return out, token
+        return out, token, wrapped

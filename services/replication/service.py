@@ -9,6 +9,7 @@ are checked here.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import time
 import uuid
@@ -18,6 +19,7 @@ import msgspec
 import structlog
 
 from services.replication import commands as c
+from services.replication import promote_key
 from services.replication.activation import (
     SEALED_PREFIX,
     Activation,
@@ -47,6 +49,7 @@ from services.replication.state import (
 from services.replication.wire import ChannelClosed
 from services.secrets.core.seal import ROOT_KEY, SEAL_CONFIG, SealConfig, SealNotice
 from services.secrets.core.wrapping import rfc3339
+from services.secrets.keyring import BarrierError, open_with
 from shared import subjects
 from shared.bus import Bus, CallContext
 from shared.cluster_identity import load_identity
@@ -268,7 +271,7 @@ class ReplicationService:
         if new_cluster_id:
             st.cluster_id = str(uuid.uuid4())
         st.epoch = uuid.uuid4().hex
-        st.secondaries, st.op_tokens = {}, []
+        st.secondaries, st.op_tokens, st.promote_keys = {}, [], {}
         st.primary, st.known_primary_cluster_addrs, st.secondary_id = None, [], ""
         try:
             bound = await self.server.start(self.settings.cluster_addr)
@@ -470,16 +473,36 @@ class ReplicationService:
                     "the primary, so promoting it may lose data; promote "
                     "with force to do it anyway",
                 )
+        kek = await self._promotion_key(cmd.dr_operation_token)
         await self.client.stop()
         await self._become_primary(cmd.primary_cluster_addr, new_cluster_id=False)
         required = config.secret_threshold if config is not None else 0
         data = {"progress": 0, "required": required, "complete": True}
         warnings = []
-        if config is not None and config.type == "shamir":
+        if config is not None and config.type == "shamir" and kek is None:
             warnings.append(
                 "unseal this cluster with the primary's unseal key shares to serve requests"
             )
-        return c.DrReply(data=data, warnings=warnings)
+        # The asking secrets replica unseals with the KEK; this reply is sealed to it.
+        return c.DrReply(data=data, warnings=warnings, unseal_key=kek or b"")
+
+    async def _promotion_key(self, token: str) -> bytes | None:
+        """The primary's unseal key the operation-token ceremony proved, opened with the
+        token now presented, if it still opens the replicated root key (promote_key.py)."""
+        digest = token_hash(token)
+        stored = self.state.promote_keys.get(digest)
+        if not stored:
+            return None
+        kek = promote_key.unwrap(token, digest, base64.b64decode(stored))
+        _, root = await self._read_seal()
+        if kek is None or root is None:
+            return None
+        try:
+            open_with(kek, root, ROOT_KEY.encode())
+        except (BarrierError, ValueError):
+            log.warning("the primary's unseal key changed since the operation token was made")
+            return None
+        return kek
 
     async def _cmd_DisableSecondary(self, cmd: c.DisableSecondary) -> None:
         next_mode(self.state.mode, Move.DISABLE_SECONDARY)
@@ -529,9 +552,11 @@ class ReplicationService:
 
     async def _cmd_AttemptUpdate(self, cmd: c.AttemptUpdate) -> dict[str, Any]:
         require(self.state.mode, SECONDARY, "generate an operation token")
-        record, token = await self.ops.update(cmd.key, cmd.nonce)
+        record, token, wrapped = await self.ops.update(cmd.key, cmd.nonce)
         if token:
-            self.state.op_tokens.append(token_hash(token))
+            digest = token_hash(token)
+            self.state.op_tokens.append(digest)
+            self.state.promote_keys[digest] = base64.b64encode(wrapped).decode()
             await self.save_state()
         return record
 
@@ -540,6 +565,7 @@ class ReplicationService:
         self._check_op_token(cmd.dr_operation_token)
         digest = token_hash(cmd.dr_operation_token)
         self.state.op_tokens = [h for h in self.state.op_tokens if h != digest]
+        self.state.promote_keys.pop(digest, None)
         await self.save_state()
 
     async def _cmd_Reindex(self, cmd: c.Reindex) -> c.DrReply:

@@ -70,6 +70,9 @@ class DrState(msgspec.Struct, kw_only=True):
     # A first full sync finished (or this was a primary): the data is whole.
     synced: bool = False
     op_tokens: list[str] = []  # SHA-256 hex of live DR operation tokens
+    # Per token hash: the primary's unseal key wrapped under that token (promote_key.py),
+    # base64; unusable without the token, which the cluster does not keep.
+    promote_keys: dict[str, str] = {}
     # From secondary/generate-public-key, until an encrypted activation token uses it.
     public_key_private: str = ""
     # Bumped whenever storage was wiped or replaced, so secrets replicas re-read the seal.

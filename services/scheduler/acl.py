@@ -43,6 +43,13 @@ POLICY_CAPS = {
     "scale": ["list-scaling-policies", "read-scaling-policy", "read-job-scaling", "scale-job"],
 }
 LEVELS = ("deny", "read", "write")
+VARIABLE_CAPS = {"read", "write", "list", "destroy", "deny"}
+# A namespace `policy` implies variable capabilities on every path, as Nomad expands it.
+VARIABLE_LEVEL_CAPS = {
+    "deny": {"deny"},
+    "read": {"read", "list"},
+    "write": {"read", "list", "write", "destroy"},
+}
 
 
 class PolicyError(ValueError):
@@ -52,6 +59,8 @@ class PolicyError(ValueError):
 @dataclass
 class Policy:
     namespaces: dict[str, set[str]] = field(default_factory=dict)
+    # namespace pattern -> {variable path pattern: capabilities} (Nomad's `variables` block)
+    variables: dict[str, dict[str, set[str]]] = field(default_factory=dict)
     node: str = ""
     agent: str = ""
     operator: str = ""
@@ -67,13 +76,17 @@ def parse_rules(rules: str) -> Policy:
     for labels, body in blocks(top.get("namespace", []), ev):
         if not labels:
             raise PolicyError("Failed to parse ACL Policy: namespace needs a name")
-        a = {k: ev.value(v) for k, v in attrs(body).items()}
+        a = {k: ev.value(v) for k, v in attrs(body).items() if k != "variables"}
+        pol.variables[labels[0]] = parse_variables(body.get("variables", []), ev)
         caps: set[str] = set()
         level = a.get("policy", "")
         if level:
             if level not in POLICY_CAPS:
                 raise PolicyError(f"Invalid namespace policy: {labels[0]!r}")
             caps |= set(POLICY_CAPS[level])
+            if VARIABLE_LEVEL_CAPS.get(level):
+                paths = pol.variables[labels[0]]
+                paths["*"] = paths.get("*", set()) | VARIABLE_LEVEL_CAPS[level]
         caps |= set(a.get("capabilities") or [])
         pol.namespaces[labels[0]] = caps
     for name in ("node", "agent", "operator"):
@@ -83,6 +96,25 @@ def parse_rules(rules: str) -> Policy:
                 raise PolicyError(f"Invalid {name} policy: {level!r}")
             setattr(pol, name, level)
     return pol
+
+
+def parse_variables(value: Any, ev: Evaluator) -> dict[str, set[str]]:
+    """`variables { path "<glob>" { capabilities = [...] } }` inside a namespace block."""
+    paths: dict[str, set[str]] = {}
+    for _, vbody in blocks(value, ev):
+        for labels, pbody in blocks(vbody.get("path", []), ev):
+            if not labels:
+                raise PolicyError("Failed to parse ACL Policy: variables path needs a name")
+            raw = attrs(pbody).get("capabilities")
+            got = ev.value(raw) if raw is not None else []
+            if not isinstance(got, list):
+                raise PolicyError("Failed to parse ACL Policy: capabilities must be a list")
+            caps = {str(c) for c in got}
+            bad = sorted(caps - VARIABLE_CAPS)
+            if bad:
+                raise PolicyError(f"Invalid variable capabilities: {bad!r}")
+            paths[labels[0]] = paths.get(labels[0], set()) | caps
+    return paths
 
 
 @dataclass

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from services.scheduler import cron
 from services.scheduler.jobspec.canonicalize import canonicalize
 
 JOB_TYPES = ("service", "batch", "system", "sysbatch")
@@ -156,6 +157,28 @@ def _validate_group(job: dict[str, Any], tg: dict[str, Any]) -> list[str]:
     return errs
 
 
+def _validate_periodic(p: Any, jtype: Any) -> list[str]:
+    """Nomad's PeriodicConfig.Validate: a cron spec that parses, a known time zone."""
+    if not isinstance(p, dict) or not p.get("Enabled"):
+        return []
+    if jtype not in ("batch", "sysbatch"):
+        return ['Periodic can only be used with "batch" or "sysbatch" scheduler']
+    if (p.get("SpecType") or "cron") != "cron":
+        return [f"Unknown periodic specification type {p.get('SpecType')!r}"]
+    spec = p.get("Spec")
+    if not isinstance(spec, str) or not spec:
+        return ["Must specify a spec"]
+    try:
+        cron.parse(spec)
+    except cron.CronError as exc:
+        return [f"Invalid periodic job: {exc}"]
+    try:
+        cron.zone(str(p.get("TimeZone") or ""))
+    except cron.CronError as exc:
+        return [str(exc)]
+    return []
+
+
 def validate(job: dict[str, Any]) -> None:
     errs: list[str] = []
     if not job.get("Region"):
@@ -183,6 +206,7 @@ def validate(job: dict[str, Any]) -> None:
         or not (MIN_PRIORITY <= prio <= MAX_PRIORITY)
     ):
         errs.append(f"Job priority must be between [{MIN_PRIORITY}, {MAX_PRIORITY}]")
+    errs += _validate_periodic(job.get("Periodic"), jtype)
     dcs = job.get("Datacenters")
     if not dcs:
         errs.append("Missing job datacenters")
@@ -271,8 +295,10 @@ def constraint_error(c: dict[str, Any]) -> str:
 
 
 def spec_changed(old: dict[str, Any], new: dict[str, Any]) -> bool:
-    a = {k: v for k, v in old.items() if k not in NON_SPEC}
-    b = {k: v for k, v in new.items() if k not in NON_SPEC}
+    """Internal `_` keys (the summary's queued counts, scaling events) are state, not spec:
+    a stored job carrying them still equals the same spec registered again."""
+    a = {k: v for k, v in old.items() if k not in NON_SPEC and not k.startswith("_")}
+    b = {k: v for k, v in new.items() if k not in NON_SPEC and not k.startswith("_")}
     return a != b
 
 

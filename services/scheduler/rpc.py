@@ -140,6 +140,7 @@ class ClientRpc:
                     "JobName": job.get("Name", ""),
                     "ParentID": job.get("ParentID", ""),
                     "Region": job.get("Region", "global"),
+                    "Payload": job.get("Payload") or "",
                 }
             slim.append({k: a.get(k) for k in _CLIENT_FIELDS})
         return wire.NodeAllocsReply(index=max(new_index, req.index), allocs=slim, groups=groups)

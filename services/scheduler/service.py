@@ -20,13 +20,19 @@ from services.scheduler.api.context import ApiContext
 from services.scheduler.api.router import Router
 from services.scheduler.broker import EvalBroker
 from services.scheduler.heartbeat import HeartbeatTracker
+from services.scheduler.housekeeper import Housekeeper
+from services.scheduler.members import Member, Membership
 from services.scheduler.rpc import ClientRpc
 from services.scheduler.state.fsm import SchedulerFSM
+from services.scheduler.tasksecrets import TaskSecrets
 from services.scheduler.worker import Worker
+from shared.api_session import SealedRequest, serve_api
 from shared.bus import ERROR, Bus, decoder_for, encode
 from shared.leader import LeaderLease
-from shared.messages import BusError, HttpRequest
+from shared.messages import BusError
 from shared.replog import ReplicatedLog
+from shared.sealing import Keys, bus_fetch
+from shared.service_identity import load_service_key
 from shared.settings import Settings
 from shared.subjects import API_SCHEDULER
 
@@ -62,9 +68,12 @@ class SchedulerService:
         # time): a restarted replica is the same lease holder and leads again at once.
         instance = os.environ.get("TRELLIS_INSTANCE_ID", "")
         self.replica_id = instance or f"{bus.name}-{uuid.uuid4().hex[:8]}"
+        # This replica's identity (shared/service_identity.py), checked by the gateway.
+        self.service_key = load_service_key(settings, "scheduler")
         self.fsm = SchedulerFSM()
         self.replog: ReplicatedLog | None = None
         self.lease: LeaderLease | None = None
+        self.members: Membership | None = None
         self.broker: EvalBroker | None = None
         self.heartbeat_ttl = heartbeat_ttl
         self.lease_ttl = lease_ttl
@@ -120,33 +129,48 @@ class SchedulerService:
             management_token=self.management_token,
             advertise=self.settings.scheduler_addr,
             server_dir=self.server_dir,
+            keys=Keys(bus_fetch(self.bus, self.cluster, self.service_key)),
+            bus=self.bus,
+            cluster=self.cluster,
+            service_key=self.service_key,
         )
         self.router = Router(ctx)
+        self.housekeeper = Housekeeper(ctx)
         # A configured management token is the bootstrap (acl_bootstrap.py); record it now so
         # that an anonymous POST /v1/acl/bootstrap never finds the cluster unbootstrapped.
         await ctx.record_configured_bootstrap()
+        self.task_secrets = TaskSecrets(self.bus, self.settings, self.fsm)
+        self.task_secrets.keys = self.router.ctx.keys  # nomadVar in templates
+        await self.task_secrets.start()
         rpc = ClientRpc(self.fsm, self.replog, self.heartbeats)
         c = self.cluster
-        await self.bus.serve(
-            wire.subject(c, wire.NODE_REGISTER), rpc.register, wire.NodeRegister, queue=RPC_QUEUE
-        )
-        await self.bus.serve(
-            wire.subject(c, wire.NODE_ALLOCS),
-            rpc.allocs,
-            wire.NodeAllocs,
-            queue=RPC_QUEUE,
-            concurrency=1024,
-        )
-        await self.bus.serve(
-            wire.subject(c, wire.ALLOC_UPDATE), rpc.update, wire.AllocUpdate, queue=RPC_QUEUE
-        )
-        await self.bus.serve(wire.subject(c, wire.HEARTBEAT), rpc.heartbeat, wire.Heartbeat)
-        await self.bus.serve(
-            API_SCHEDULER.on(c),
+        # The API travels sealed end to end with the gateway (shared/api_session.py), and so
+        # do the client nodes' RPCs (node secrets, job specs with env values), under sessions
+        # the nodes open the same way.
+        sessions = await serve_api(
+            self.bus,
+            self.service_key,
+            c,
+            API_SCHEDULER,
             self.router.handle,
-            HttpRequest,
-            queue=API_SCHEDULER.queue,
             concurrency=self.settings.concurrency,
+        )
+
+        async def serve_rpc(name: str, handler: Any, kind: Any, **kw: Any) -> None:
+            sealed = sessions.serve(handler, kind, channel=name)
+            await self.bus.serve(wire.subject(c, name), sealed, SealedRequest, **kw)
+
+        await serve_rpc(wire.NODE_REGISTER, rpc.register, wire.NodeRegister, queue=RPC_QUEUE)
+        await serve_rpc(
+            wire.NODE_ALLOCS, rpc.allocs, wire.NodeAllocs, queue=RPC_QUEUE, concurrency=1024
+        )
+        await serve_rpc(wire.ALLOC_UPDATE, rpc.update, wire.AllocUpdate, queue=RPC_QUEUE)
+        await serve_rpc(wire.HEARTBEAT, rpc.heartbeat, wire.Heartbeat)
+        await serve_rpc(
+            wire.TASK_SECRETS,
+            self.task_secrets.handle,
+            wire.TaskSecretsRequest,
+            queue=RPC_QUEUE,
         )
         kv = await self._lease_bucket(js)
         self.lease = LeaderLease(
@@ -158,6 +182,10 @@ class SchedulerService:
             on_demoted=self._demoted,
         )
         await self.lease.start()
+        host = self.settings.scheduler_addr.rsplit(":", 1)[0] or "127.0.0.1"
+        self.members = Membership(kv, Member(id=self.replica_id, name=self.replica_id, addr=host))
+        await self.members.start()
+        self.router.ctx.members = self.members
         for i in range(self.n_workers):
             w = Worker(self.bus, c, self.fsm, self.replog, f"{self.replica_id}-w{i}")
             w.start()
@@ -188,6 +216,10 @@ class SchedulerService:
             await w.stop()
         if self.lease is not None:
             await self.lease.stop()
+        if hasattr(self, "task_secrets"):
+            await self.task_secrets.stop()
+        if self.members is not None:
+            await self.members.stop()
         await self._demoted()
         for task in list(self._tasks):
             task.cancel()
@@ -218,6 +250,7 @@ class SchedulerService:
             if ev["Status"] == "pending":
                 broker.enqueue(ev)
         self.heartbeats.elected()
+        self.housekeeper.elected()
         log.info("scheduler leader", replica=self.replica_id)
 
     async def _demoted(self) -> None:
@@ -230,6 +263,8 @@ class SchedulerService:
             self.broker = None
         if hasattr(self, "heartbeats"):
             await self.heartbeats.demoted()
+        if hasattr(self, "housekeeper"):
+            await self.housekeeper.demoted()
 
     async def _serve_leader(self, subject: str, handler: Any, kind: Any) -> None:
         """A subscription only the leader holds (the broker lives in its memory)."""

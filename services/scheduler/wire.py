@@ -14,6 +14,8 @@ from typing import Any
 
 import msgspec
 
+from shared.service_proof import Proof
+
 
 def subject(cluster: str, name: str) -> str:
     return f"{cluster}.sched.{name}"
@@ -83,3 +85,69 @@ class NodeAllocsReply(msgspec.Struct, kw_only=True):
 class AllocUpdate(msgspec.Struct, kw_only=True):
     updates: list[dict[str, Any]]
     secrets: dict[str, str] = {}  # the nodes the updated allocations run on
+
+
+# {cluster}.sched.node.fs.<node_id>: the scheduler asks the node running an allocation for its
+# files and logs; the node answers with its secret, which the scheduler checks against the hash
+# it keeps, so no other client can answer for it.
+NODE_FS = "node.fs"
+
+
+class FsRequest(msgspec.Struct, kw_only=True):
+    op: str  # "ls" | "stat" | "readat" | "logs" | "restart" | "signal"
+    alloc_id: str
+    path: str = "/"
+    offset: int = 0
+    limit: int = 0
+    task: str = ""
+    stream: str = "stdout"
+    origin: str = "start"
+    signal: str = ""  # op "signal"
+    # The scheduler's proof (shared/service_proof.py): the node obeys only a genuine scheduler
+    # replica; and the one-time X25519 key the node seals its whole answer to (sealbox).
+    reader_public: bytes = b""
+    proof: Proof | None = None
+
+
+FS_PURPOSE = b"node fs request"
+
+
+def fs_signed_bytes(node_id: str, req: FsRequest) -> bytes:
+    """What the scheduler signs: the request without its proof, bound to the node asked."""
+    return (
+        node_id.encode()
+        + b"\x00"
+        + msgspec.msgpack.encode(msgspec.structs.replace(req, proof=None))
+    )
+
+
+class FsReply(msgspec.Struct, kw_only=True):
+    node_id: str
+    secret: str
+    # On the bus only this is set: the whole FsReply, sealed to the request's reader_public.
+    sealed: bytes = b""
+    code: int = 200
+    error: str = ""
+    data: bytes = b""
+    files: list[dict[str, Any]] = []
+    frames: list[tuple[str, int, bytes]] = []
+    task_dead: bool = False
+    total: int = 0  # bytes of the task's kept log files (where origin=end counts from)
+
+
+# {cluster}.sched.node.secrets (queue "sched-rpc"): a client node asks for a task's secrets
+# token and the secrets its templates read; the answer is sealed to `reader_public`.
+TASK_SECRETS = "node.secrets"
+
+
+class TaskSecretsRequest(msgspec.Struct, kw_only=True):
+    node_id: str
+    secret: str
+    alloc_id: str
+    task: str
+    reader_public: bytes
+    paths: list[str] = []
+
+
+class TaskSecretsReply(msgspec.Struct, kw_only=True):
+    sealed: bytes

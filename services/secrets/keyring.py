@@ -29,6 +29,7 @@ __all__ = [
     "VALUE_VERSION",
     "BarrierError",
     "Keyring",
+    "UnknownTerm",
     "open_with",
     "seal_with",
 ]
@@ -45,6 +46,10 @@ _KEYRING_FORMAT = 1
 
 class BarrierError(ValueError):
     """A value or wrapped key could not be encrypted or decrypted; the message is safe to log."""
+
+
+class UnknownTerm(BarrierError):
+    """A value written under a term this keyring does not have yet (another replica rotated)."""
 
 
 class _TermRecord(msgspec.Struct, frozen=True):
@@ -76,7 +81,7 @@ def _check_term(term: int) -> None:
 class Keyring:
     """Keys by term plus the active term used for new writes."""
 
-    __slots__ = ("_active", "_ciphers", "_installed", "_keys")
+    __slots__ = ("_active", "_ciphers", "_installed", "_keys", "encryptions")
 
     def __init__(
         self,
@@ -98,6 +103,8 @@ class Keyring:
         # One AESGCM object per term: building it does the AES key schedule, so reuse it.
         self._ciphers: dict[int, AESGCM] = {t: AESGCM(k) for t, k in self._keys.items()}
         self._active = active_term
+        # Values encrypted under the active term by this replica (sys/key-status).
+        self.encryptions = 0
 
     @classmethod
     def new(cls) -> Keyring:
@@ -131,12 +138,14 @@ class Keyring:
         self._ciphers[term] = AESGCM(key)
         # Switch last: until here every write still uses a term that is fully installed.
         self._active = term
+        self.encryptions = 0
         return term
 
     def encrypt(self, path: str, plaintext: bytes) -> bytes:
         """Encrypt a value for `path` with the active term."""
         header = self._active.to_bytes(_TERM_SIZE, "big") + bytes([VALUE_VERSION])
         nonce = secrets.token_bytes(NONCE_SIZE)
+        self.encryptions += 1
         sealed = self._ciphers[self._active].encrypt(nonce, plaintext, path.encode())
         return header + nonce + sealed
 
@@ -150,7 +159,7 @@ class Keyring:
             raise BarrierError(f"unknown encrypted value version {version}")
         cipher = self._ciphers.get(term)
         if cipher is None:
-            raise BarrierError(f"encrypted value uses unknown key term {term}")
+            raise UnknownTerm(f"encrypted value uses unknown key term {term}")
         nonce = blob[_HEADER_SIZE : _HEADER_SIZE + NONCE_SIZE]
         try:
             return cipher.decrypt(nonce, blob[_HEADER_SIZE + NONCE_SIZE :], path.encode())

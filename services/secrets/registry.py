@@ -11,11 +11,14 @@ if TYPE_CHECKING:
 
 SECRET_ENGINES: dict[str, str] = {
     "kv": "services.secrets.engines.kv.backend:KVBackend",
+    # Vault's old name for KV; mounted as `generic` it is version 1 unless options say 2.
+    "generic": "services.secrets.engines.kv.backend:KVBackend",
     "cubbyhole": "services.secrets.engines.cubbyhole:CubbyholeBackend",
     "system": "services.secrets.system.backend:SystemBackend",
     "pki": "services.secrets.engines.pki.backend:PKIBackend",
     "dbcloud": "services.secrets.engines.dbcloud.backend:DbCloudBackend",
     "ssh": "services.secrets.engines.ssh.backend:SSHBackend",
+    "transit": "services.secrets.engines.transit.backend:TransitBackend",
 }
 
 AUTH_METHODS: dict[str, str] = {

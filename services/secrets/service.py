@@ -14,11 +14,12 @@ from services.secrets.core import datakeys
 from services.secrets.core.core import Core
 from services.secrets.core.dispatch import handle_http
 from shared import subjects
-from shared.api_session import SealedRequest, SessionHello, SessionServer
+from shared.api_session import serve_api
 from shared.bus import Bus, CallContext
 from shared.cluster_identity import load_identity
 from shared.leader import LeaderLease
 from shared.messages import HttpRequest, HttpResponse
+from shared.service_identity import derive_service_key
 from shared.settings import Settings
 from shared.storage import JetStreamStorage
 
@@ -83,19 +84,13 @@ class SecretsService:
         cluster = self.settings.cluster_name
         # The API travels sealed end to end with the gateway (shared/api_session.py): a
         # handshake subject, and the API subject that takes only sealed envelopes.
-        sessions = SessionServer(load_identity(self.settings), cluster)
-        await self.bus.serve(
-            subjects.SECRETS_SESSION.on(cluster),
-            sessions.handshake,
-            SessionHello,
-            queue=subjects.SECRETS_SESSION.queue,
-            concurrency=self.settings.concurrency,
-        )
-        await self.bus.serve(
-            subjects.API_SECRETS.on(cluster),
-            sessions.serve(on_http),
-            SealedRequest,
-            queue=subjects.API_SECRETS.queue,
+        key = derive_service_key(load_identity(self.settings), "secrets")
+        await serve_api(
+            self.bus,
+            key,
+            cluster,
+            subjects.API_SECRETS,
+            on_http,
             concurrency=self.settings.concurrency,
         )
         await self.bus.serve(

@@ -15,7 +15,7 @@ from services.workspace.jsonapi import ApiError, not_found
 from services.workspace.model import Organization, Workspace
 from services.workspace.permissions import Caller, OrgAccess
 from services.workspace.query import Page
-from services.workspace.sealing import Keys
+from services.workspace.sealing import STATE_KEY, Keys, unseal
 from services.workspace.state import WorkspaceState
 from shared.messages import HttpRequest
 from shared.replog import ApplyError
@@ -52,6 +52,18 @@ class Req:
         if self.blobs is None:
             raise ApiError(503, "this replica has no state store")
         return self.blobs
+
+    async def open_blob(self, name: str, aad: str, what: str) -> bytes:
+        """A stored file sealed under the state key: 404 when missing, 500 when it does not
+        authenticate."""
+        blob = await self.blob_store.get(name)
+        if blob is None:
+            raise not_found(what)
+        key = await self.key_store.get(STATE_KEY)
+        try:
+            return unseal(key, blob, aad)
+        except ValueError:
+            raise ApiError(500, f"the stored {what} does not authenticate") from None
 
     @property
     def who(self) -> Caller:
@@ -107,6 +119,19 @@ class Req:
         if ws is None:
             raise not_found("workspace")
         return self.workspace(ws.id, need)
+
+    def workspace_filtered(self, need: str) -> Workspace:
+        """The workspace a list names by filter[organization][name] and filter[workspace][name]
+        (both required)."""
+        ws_name = self.query.get("filter[workspace][name]")
+        org_name = self.query.get("filter[organization][name]")
+        if not ws_name or not org_name:
+            raise ApiError(
+                400,
+                "filter[workspace][name] and filter[organization][name] are required",
+                title="invalid filter",
+            )
+        return self.workspace_named(org_name, ws_name, need)[0]
 
     # --- list helpers ---
 

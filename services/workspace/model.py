@@ -80,6 +80,9 @@ class Workspace(msgspec.Struct, kw_only=True):
     tag_ids: list[str] = []  # insertion order, as clients expect
     consumer_ids: list[str] = []
     current_state_version_id: str | None = None
+    # Remote runs: the run holding the workspace now, and the newest run.
+    current_run_id: str | None = None
+    latest_run_id: str | None = None
 
 
 class Tag(msgspec.Struct, kw_only=True):

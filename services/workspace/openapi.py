@@ -481,6 +481,9 @@ def _paths() -> dict[str, Any]:
     from services.workspace import openapi_state  # it builds on the helpers above
 
     p.update(openapi_state.paths())
+    from services.workspace import openapi_runs
+
+    p.update(openapi_runs.paths())
     return {"/api/v2" + path: item for path, item in p.items()}
 
 
@@ -491,7 +494,8 @@ def document() -> dict[str, Any]:
             "title": "Trellis workspace API",
             "version": "2",
             "description": "HCP Terraform-style JSON:API for organizations, projects, "
-            "workspaces, teams, tags, policies, state versions and variables. Authenticate with "
+            "workspaces, teams, tags, policies, state versions, variables and remote runs. "
+            "Authenticate with "
             "`Authorization: Bearer <token>`.",
         },
         "paths": _paths(),

@@ -117,10 +117,12 @@ def workspace(state: WorkspaceState, ws: Workspace, caps: frozenset[str]) -> dic
     }
     rels = {
         "agent-pool": ref("agent-pools", ws.agent_pool_id),
-        "current-configuration-version": {"data": None},
-        "current-run": {"data": None},
+        "current-configuration-version": ref(
+            "configuration-versions", next(iter(reversed(state.cvs_by_ws.get(ws.id, []))), None)
+        ),
+        "current-run": ref("runs", ws.current_run_id),
         "current-state-version": _current_state(state, ws),
-        "latest-run": {"data": None},
+        "latest-run": ref("runs", ws.latest_run_id),
         "locked-by": ref(ws.locked_by[0], ws.locked_by[1]) if ws.locked_by else {"data": None},
         "organization": ref("organizations", org.name),
         "outputs": _current_outputs(state, ws, caps),

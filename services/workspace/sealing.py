@@ -1,91 +1,35 @@
 """Encryption at rest for what the workspace service keeps that holds secrets (state files,
-output values, variable values): AES-256-GCM under data keys that live in the secrets
-barrier and reach this service sealed to a one-time key (shared/datakeys.py). Each ciphertext
-is bound to what it belongs to (the AAD), so a sealed value cannot be moved to another record.
-The keys are fetched on first use, so the service starts while the secrets service is sealed."""
+output values, variable values): the shared sealing (shared/sealing.py) under the workspace's
+data keys, with key failures answered as JSON:API 503s."""
 
 from __future__ import annotations
 
-import asyncio
-import os
-import time
-from collections.abc import Awaitable, Callable
-
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
 from services.workspace.jsonapi import ApiError
-from shared import subjects
+from shared import sealing
 from shared.bus import Bus
-from shared.datakeys import DataKeyReply, new_request, open_reply
-from shared.errors import ServiceError
+from shared.sealing import VERSION, Fetch, seal, unseal
+from shared.service_identity import ServiceKey
 
-VERSION = b"\x01"  # ciphertext format: version byte, 12-byte nonce, AES-GCM output
+__all__ = ["STATE_KEY", "VARIABLES_KEY", "VERSION", "Keys", "bus_fetch", "seal", "unseal"]
+
 STATE_KEY = "workspace/state"
 VARIABLES_KEY = "workspace/variables"
 
-Fetch = Callable[[str], Awaitable[bytes]]
+
+def bus_fetch(bus: Bus, cluster: str, key: ServiceKey, timeout: float = 10.0) -> Fetch:
+    """Fetch a named data key from the secrets service over the bus, as the workspace service."""
+    return sealing.bus_fetch(bus, cluster, key, timeout)
 
 
-def seal(key: bytes, plaintext: bytes, aad: str) -> bytes:
-    nonce = os.urandom(12)
-    return VERSION + nonce + AESGCM(key).encrypt(nonce, plaintext, aad.encode())
-
-
-def unseal(key: bytes, blob: bytes, aad: str) -> bytes:
-    if len(blob) < 29 or blob[:1] != VERSION:
-        raise ValueError("not a sealed value")
-    try:
-        return AESGCM(key).decrypt(blob[1:13], blob[13:], aad.encode())
-    except InvalidTag:
-        raise ValueError("sealed value does not authenticate") from None
-
-
-def bus_fetch(bus: Bus, cluster: str, timeout: float = 10.0) -> Fetch:
-    """Fetch a named data key from the secrets service over the bus."""
-
-    async def fetch(name: str) -> bytes:
-        private, req = new_request(name)
-        reply = await bus.request(
-            subjects.DATA_KEY.on(cluster), req, DataKeyReply, timeout=timeout, caller="workspace"
-        )
-        return open_reply(private, req, reply)
-
-    return fetch
-
-
-class Keys:
-    """The data keys this replica holds in memory. Each is fetched again after `ttl` seconds,
-    so that sealing the secrets service stops reads and writes here within that time."""
-
-    def __init__(self, fetch: Fetch, ttl: float = 60.0) -> None:
-        self._fetch = fetch
-        self._ttl = ttl
-        self._keys: dict[str, tuple[bytes, float]] = {}
-        self._lock = asyncio.Lock()
-
-    def _cached(self, name: str) -> bytes | None:
-        entry = self._keys.get(name)
-        if entry is None or time.monotonic() >= entry[1]:
-            return None
-        return entry[0]
-
+class Keys(sealing.Keys):
     async def get(self, name: str) -> bytes:
-        key = self._cached(name)
-        if key is not None:
-            return key
-        async with self._lock:
-            if self._cached(name) is None:
-                self._keys.pop(name, None)
-                try:
-                    fresh = await self._fetch(name)
-                    self._keys[name] = (fresh, time.monotonic() + self._ttl)
-                except ServiceError as exc:
-                    raise ApiError(
-                        503,
-                        "the encryption key for stored states and variables is not available "
-                        f"(is the secrets service running and unsealed?): {exc.message}",
-                    ) from None
-                except (ValueError, InvalidTag):
-                    raise ApiError(503, "the secrets service sent an unusable data key") from None
-            return self._keys[name][0]
+        try:
+            return await super().get(name)
+        except sealing.KeyUnavailable as exc:
+            if exc.reason == "the secrets service sent an unusable data key":
+                raise ApiError(503, exc.reason) from None
+            raise ApiError(
+                503,
+                "the encryption key for stored states and variables is not available "
+                f"(is the secrets service running and unsealed?): {exc.reason}",
+            ) from None

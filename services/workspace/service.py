@@ -16,6 +16,7 @@ from nats.js.kv import KeyValue
 
 from services.workspace.blobs import BlobStore
 from services.workspace.context import Req
+from services.workspace.executor import RunExecutor, public_url
 from services.workspace.handlers.accounts import digest
 from services.workspace.jsonapi import ApiError
 from services.workspace.permissions import ADMIN_USER_ID, Caller
@@ -23,10 +24,12 @@ from services.workspace.query import parse_query
 from services.workspace.routes import Router
 from services.workspace.sealing import Keys, bus_fetch
 from services.workspace.state import WorkspaceState
+from shared.api_session import serve_api
 from shared.bus import Bus, CallContext
 from shared.leader import LeaderLease
 from shared.messages import HttpRequest, HttpResponse
 from shared.replog import ApplyError, ReplicatedLog
+from shared.service_identity import load_service_key
 from shared.settings import Settings
 from shared.subjects import API_WORKSPACE
 
@@ -57,10 +60,14 @@ class WorkspaceService:
         self.snapshot_every = snapshot_every
         self.log: ReplicatedLog | None = None
         self.lease: LeaderLease | None = None
-        self.keys = Keys(bus_fetch(bus, settings.cluster_name))
+        # This replica's identity (shared/service_identity.py): the gateway and the secrets
+        # service (data keys) check it.
+        self.service_key = load_service_key(settings, "workspace")
+        self.keys = Keys(bus_fetch(bus, settings.cluster_name, self.service_key))
         self.blobs = BlobStore(
             bus.nc.jetstream(), f"{settings.cluster_name}_workspace_states", settings.replicas
         )
+        self.executor: RunExecutor | None = None
         self._ready = False
 
     @property
@@ -97,18 +104,27 @@ class WorkspaceService:
         )
         await self.log.start()
         await self.lease.start()
-        await self.bus.serve(
-            API_WORKSPACE.on(cluster),
+        # The API travels sealed end to end with the gateway (shared/api_session.py).
+        await serve_api(
+            self.bus,
+            self.service_key,
+            cluster,
+            API_WORKSPACE,
             self.handle,
-            HttpRequest,
-            queue=API_WORKSPACE.queue,
             concurrency=self.settings.concurrency,
         )
+        # Remote runs: the leader submits plans and applies to the scheduler as jobs.
+        self.executor = RunExecutor(
+            self.bus, self.settings, self.state, self.log, lambda: lease.is_leader
+        )
+        self.executor.start()
         self._ready = True
         log.info("workspace service ready", index=self.log.applied_index)
 
     async def stop(self) -> None:
         self._ready = False
+        if self.executor is not None:
+            await self.executor.stop()
         if self.lease is not None:
             with contextlib.suppress(Exception):
                 await self.lease.stop()
@@ -185,6 +201,7 @@ class WorkspaceService:
             log=self.log,
             keys=self.keys,
             blobs=self.blobs,
+            extra={"public_url": public_url(self.settings)},
         )
         if extra:  # the route needs a token
             # Consistent reads: everything written before this request is applied first.

@@ -34,6 +34,8 @@ from services.workspace.model import (
     VcsRepo,
     Workspace,
 )
+from services.workspace.runs_model import ConfigurationVersion, Run
+from services.workspace.state_runs import RunsState
 from shared.replog import ApplyError, LogEntry
 
 _dec = msgspec.msgpack.Decoder()
@@ -59,13 +61,15 @@ class _Snapshot(msgspec.Struct, kw_only=True):
     state_versions: list[StateVersion] = []
     variables: list[Variable] = []
     varsets: list[VariableSet] = []
+    cvs: list[ConfigurationVersion] = []
+    runs: list[Run] = []
 
 
 _snap_dec = msgspec.msgpack.Decoder(_Snapshot)
 _enc = msgspec.msgpack.Encoder()
 
 
-class WorkspaceState:
+class WorkspaceState(RunsState):
     """All records plus the indexes reads need; see the module docstring."""
 
     def __init__(self) -> None:
@@ -99,6 +103,7 @@ class WorkspaceState:
         self.vars_by_ws: dict[str, list[str]] = {}  # workspace id -> variables, in creation order
         self.varsets: dict[str, VariableSet] = {}
         self.vars_by_set: dict[str, list[str]] = {}  # variable set id -> its variables
+        self._init_runs()
         self._ops: dict[str, Callable[[dict[str, Any], float], Any]] = {
             name[4:].replace("__", "."): getattr(self, name)
             for name in dir(self)
@@ -137,6 +142,8 @@ class WorkspaceState:
                 state_versions=list(self.state_versions.values()),
                 variables=list(self.variables.values()),
                 varsets=list(self.varsets.values()),
+                cvs=list(self.cvs.values()),
+                runs=list(self.runs.values()),
             )
         )
 
@@ -175,6 +182,10 @@ class WorkspaceState:
             self._index_sv(sv)
         for var in snap.variables:
             self._index_var(var)
+        for cv in snap.cvs:
+            self._index_cv(cv)
+        for run in sorted(snap.runs, key=lambda r: (r.workspace_id, r.seq)):
+            self._index_run(run)
 
     # --- lookups used by handlers ---
 
@@ -545,6 +556,7 @@ class WorkspaceState:
                 self.output_sv.pop(o.id, None)
         for var_id in self.vars_by_ws.pop(w.id, []):
             self.variables.pop(var_id, None)
+        self._drop_runs(w.id)
         for tok in [k for k in self.tokens.values() if k.kind == "run" and k.owner_id == w.id]:
             self._drop_token(tok.id)
         for vs in self.varsets.values():

@@ -1,13 +1,16 @@
 """The DR failover drill: a primary under continuous KV writes dies (its nats-server is killed,
 then every service); the secondary is promoted with an operation token built from the primary's
-unseal key shares and serves every write acknowledged up to its last streamed WAL index, with
-the primary's tokens. The old primary comes back, is demoted and pointed at the new primary
+unseal key shares and, with no unseal call (promote and serve: the token unwraps the unseal key
+the ceremony proved, services/replication/promote_key.py), serves every write acknowledged up
+to its last streamed WAL index, with the primary's tokens. The failover time (kill to the first
+successful read) is printed. The old primary comes back, is demoted and pointed at the new primary
 with update-primary, and catches up by Merkle sync without a wipe."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -78,6 +81,7 @@ async def test_failover_drill() -> None:
         await caught_up(a, b)  # streaming under load keeps up
 
         # Crash the primary: NATS first (writes in flight fail), then every service.
+        killed = time.monotonic()
         kill_nats(a)
         stop.set()
         writer.cancel()  # its request in flight would hold the gateway's shutdown
@@ -92,14 +96,42 @@ async def test_failover_drill() -> None:
         await wait_until(cut_off, within=10, what="the secondary to see the primary gone")
         last_streamed = (await b.status())["last_remote_wal"]
 
-        # Promote with an operation token from the primary's shares; unseal with them.
+        # Before promotion the secondary is sealed and holds no usable key; a second secrets
+        # replica of it too.
+        code, body = await b.req("GET", "/v1/sys/seal-status", token="")
+        assert code == 200 and body["sealed"] is True, body
+        peer = await b.cluster.add_secrets_replica()
+        assert peer.core is not None and peer.core.sealed
+        # Promote with an operation token from the primary's shares: nothing else.
+        ceremony = time.monotonic()
         tok = await operation_token(b, a.keys[1:])
         code, body = await b.req(
             "POST", DR + "secondary/promote", json={"dr_operation_token": tok}, token=""
         )
         assert code == 200 and body["complete"] is True and body["required"] == 2, body
-        await unseal(b, a.keys[:2])
+        assert not body.get("warnings"), body  # no "unseal this cluster" left to do
+        # Whichever replica the gateway picks serves: the promoting one unsealed, and handed
+        # the key to its peer (sealed, as unseal shares are). Polled, with a deadline.
+        deadline = time.monotonic() + 10
+        while True:
+            code, first = await b.req("GET", "/v1/secret/data/drill/0", token=reader)
+            if code == 200 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.01)
+        failover = time.monotonic() - killed
+        assert code == 200 and first["data"]["data"] == {"i": 0}, (code, first)
+        print(
+            f"\nDR failover: {failover:.2f} s from killing the primary to the first read "
+            f"({time.monotonic() - ceremony:.2f} s of it from the operation-token ceremony on)"
+        )
         assert (await b.status())["mode"] == "primary"
+        # The other replica takes the keyring from the one that unsealed (no unseal call).
+        await wait_until(
+            lambda: _unsealed(peer), within=15, what="the second replica to unseal as well"
+        )
+        for _ in range(10):  # both replicas serve, without any unseal call
+            code, body = await b.req("GET", "/v1/secret/data/drill/1", token=reader)
+            assert code == 200, body
 
         covered = [i for i, wal in writes.acked.items() if wal <= last_streamed]
         assert len(covered) >= 100, (len(covered), len(writes.acked))
@@ -147,6 +179,11 @@ async def test_failover_drill() -> None:
             assert code == 403 or code == 200  # reader's policy covers drill/ only
     finally:
         await asyncio.gather(close_site(a), close_site(b))
+
+
+async def _unsealed(svc: object) -> bool:
+    core = getattr(svc, "core", None)
+    return core is not None and not core.sealed
 
 
 async def _ready(writes: Writes, n: int) -> bool:

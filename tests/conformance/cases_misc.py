@@ -49,6 +49,7 @@ def steps(u: str) -> list[Step]:
         ),
         S("wrap.unwrap.auth", "POST", "sys/wrapping/unwrap", {"token": "{wt4}"}),
         S("wrap.badttl", "GET", "cubbyhole/c-w", headers={"X-Vault-Wrap-TTL": "soon"}),
+        setup("wrap.cubby.clean", "DELETE", "cubbyhole/c-w"),
         S(
             "wrap.wrap.nested",
             "POST",

@@ -8,7 +8,15 @@ import uuid
 
 import pytest
 
-from tests.conformance import allowlist, cases_auth, cases_engines, cases_kv, cases_misc, cases_sys
+from tests.conformance import (
+    allowlist,
+    cases_auth,
+    cases_ceremonies,
+    cases_engines,
+    cases_kv,
+    cases_misc,
+    cases_sys,
+)
 from tests.conformance.conftest import SUMMARIES
 from tests.conformance.replay import Target
 from tests.conformance.report import replay
@@ -18,7 +26,7 @@ from tests.procs import DevProcess
 pytestmark = pytest.mark.e2e
 
 GOAL = 0.95
-CASES = [cases_sys, cases_auth, cases_kv, cases_misc, cases_engines]
+CASES = [cases_sys, cases_auth, cases_kv, cases_misc, cases_engines, cases_ceremonies]
 
 
 def test_openbao_and_trellis_answer_alike(openbao: OpenBao, trellis: DevProcess) -> None:

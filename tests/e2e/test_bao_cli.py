@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -21,7 +20,7 @@ import pytest
 
 from shared.localnet import free_port
 from tests.openbao import bao_binary
-from tests.procs import ROOT, dev, wait_http
+from tests.procs import dev, server_config, start_server, wait_http
 
 pytestmark = pytest.mark.e2e
 
@@ -243,13 +242,13 @@ def cli_session(bao: Bao, u: str) -> None:
     assert f"{ar}/" not in bao.json("auth", "list")
 
     # generic read/write/list/delete/patch and path-help
-    bao.ok("write", "cubbyhole/note", "text=hello")
-    assert bao.ok("read", "-field=text", "cubbyhole/note").strip() == "hello"
-    assert bao.json("list", "cubbyhole/") == ["note"]
+    bao.ok("write", f"cubbyhole/note-{u}", "text=hello")
+    assert bao.ok("read", "-field=text", f"cubbyhole/note-{u}").strip() == "hello"
+    assert f"note-{u}" in bao.json("list", "cubbyhole/")
     bao.ok("patch", f"{kv2}/metadata/app", "max_versions=9")
     assert bao.json("read", f"{kv2}/metadata/app")["data"]["max_versions"] == 9
-    bao.ok("delete", "cubbyhole/note")
-    bao.fails("read", "cubbyhole/note")
+    bao.ok("delete", f"cubbyhole/note-{u}")
+    bao.fails("read", f"cubbyhole/note-{u}")
     helptext = bao.ok("path-help", f"{kv2}/data/app")
     assert "## " in helptext and "data" in helptext
     assert bao.ok("path-help", "sys/mounts").strip()
@@ -391,24 +390,8 @@ def wait_unsealed(bao: Bao) -> None:
 
 
 def test_operator_session_against_trellis_server(nats_url: str, tmp_path: Path) -> None:
-    ports = [free_port() for _ in range(3)]
-    cfg = tmp_path / "trellis.yaml"
-    cfg.write_text(
-        f"nats_url: {nats_url}\n"
-        f"cluster_name: cli{ports[0]}\n"
-        f"secrets_addr: 127.0.0.1:{ports[0]}\n"
-        f"workspace_addr: 127.0.0.1:{ports[1]}\n"
-        f"scheduler_addr: 127.0.0.1:{ports[2]}\n"
-        f"cluster_addr: 127.0.0.1:{free_port()}\n"
-        # The session's NATS admits anyone (tests/security covers the refusal).
-        "insecure_bus: true\n"
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "server", "--config", str(cfg)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    cfg, ports = server_config(nats_url, tmp_path, prefix="cli", log_json=False)
+    proc = start_server(cfg)
     try:
         base = f"http://127.0.0.1:{ports[0]}"
         wait_http(base + "/v1/sys/health", ok=(501,))

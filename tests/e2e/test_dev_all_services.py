@@ -3,24 +3,13 @@ raw_exec job runs on it, and the dev root token is the workspace site admin."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import requests
 
-from tests.procs import dev
+from tests.job_helpers import one_task_job, raw_exec_task
+from tests.procs import dev, until
 
 pytestmark = pytest.mark.e2e
-
-
-def _until(pred, timeout: float = 60.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError("condition not met before the deadline")
 
 
 def test_every_api_through_dev() -> None:
@@ -41,7 +30,7 @@ def test_every_api_through_dev() -> None:
             },
         )
         assert r.status_code == 201, r.text
-        nodes = _until(
+        nodes = until(
             lambda: [
                 n
                 for n in requests.get(d.scheduler + "/v1/nodes", timeout=10).json()
@@ -49,27 +38,8 @@ def test_every_api_through_dev() -> None:
             ]
         )
         assert nodes[0]["Datacenter"] == "dc1"
-        job = {
-            "Job": {
-                "ID": "hello",
-                "Name": "hello",
-                "Type": "batch",
-                "Datacenters": ["dc1"],
-                "TaskGroups": [
-                    {
-                        "Name": "g",
-                        "Count": 1,
-                        "Tasks": [
-                            {
-                                "Name": "t",
-                                "Driver": "raw_exec",
-                                "Config": {"command": "/bin/sh", "args": ["-c", "exit 0"]},
-                            }
-                        ],
-                    }
-                ],
-            }
-        }
+        task = raw_exec_task("t", "/bin/sh", "-c", "exit 0")
+        job = {"Job": one_task_job("hello", task)}
         r = requests.post(d.scheduler + "/v1/jobs", json=job, timeout=10)
         assert r.status_code == 200, r.text
 
@@ -77,4 +47,4 @@ def test_every_api_through_dev() -> None:
             allocs = requests.get(d.scheduler + "/v1/job/hello/allocations", timeout=10).json()
             return allocs and all(a["ClientStatus"] == "complete" for a in allocs)
 
-        _until(complete)
+        until(complete)

@@ -290,3 +290,28 @@ def test_odd_request_lines_answer_below_500(
         assert r.json()["errors"][0]["status"] == str(r.status)  # type: ignore[index]
     else:
         assert r.headers["content-type"].startswith("text/plain") and r.body
+
+
+@pytest.mark.parametrize("listener", LISTENERS)
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"G@T-secret-token /v1/sys/health HTTP/1.1\r\nHost: trellis",
+        b"GET /v1/sys/health HTTP/1.1 secret-token\r\nHost: trellis",
+        b"GET /v1/sys/health HTTP/1.1\r\nHost: trellis\r\nX-Big: " + b"secret-token" * 1000,
+        b"GET /v1/sys/health HTTP/1.1\r\nHost: trellis\r\nBad Header secret-token: 1",
+    ],
+    ids=["bad-method-token", "bad-request-line", "header-too-long", "bad-header-name"],
+)
+def test_malformed_request_lines_are_refused_in_the_api_shape(
+    trellis: DevProcess, listener: str, head: bytes
+) -> None:
+    r = raw_request(getattr(trellis, listener), head)
+    assert r.status == 400, (r.status, r.body[:300])
+    assert b"secret-token" not in r.body  # the request is not quoted back
+    if listener == "secrets":
+        assert r.json()["errors"][0].startswith("malformed HTTP request")  # type: ignore[index]
+    elif listener == "workspace":
+        assert r.json()["errors"][0]["status"] == "400"  # type: ignore[index]
+    else:
+        assert r.body.startswith(b"malformed HTTP request")

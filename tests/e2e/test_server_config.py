@@ -11,32 +11,16 @@ from pathlib import Path
 import pytest
 import requests
 
+from services.dev_launch import stop_process
 from tests.conftest import free_port
-from tests.procs import ROOT, wait_http
+from tests.procs import ROOT, server_config, start_server, wait_http
 
 pytestmark = pytest.mark.e2e
 
 
 def test_server_from_config_file(nats_url: str, tmp_path: Path) -> None:
-    ports = [free_port() for _ in range(3)]
-    cfg = tmp_path / "trellis.yaml"
-    cfg.write_text(
-        f"nats_url: {nats_url}\n"
-        f"cluster_name: srv{ports[0]}\n"
-        f"secrets_addr: 127.0.0.1:{ports[0]}\n"
-        f"workspace_addr: 127.0.0.1:{ports[1]}\n"
-        f"scheduler_addr: 127.0.0.1:{ports[2]}\n"
-        f"cluster_addr: 127.0.0.1:{free_port()}\n"
-        "log_json: true\n"
-        # The session's NATS admits anyone (tests/security covers the refusal).
-        "insecure_bus: true\n"
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "server", "--config", str(cfg)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    cfg, ports = server_config(nats_url, tmp_path)
+    proc = start_server(cfg)
     try:
         base = f"http://127.0.0.1:{ports[0]}"
         wait_http(base + "/v1/sys/health", ok=(501,))
@@ -49,12 +33,7 @@ def test_server_from_config_file(nats_url: str, tmp_path: Path) -> None:
         assert requests.get(base + "/readyz", timeout=5).status_code == 200
         wait_http(f"http://127.0.0.1:{ports[1]}/api/v2/ping", ok=(200, 204))
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            assert proc.wait(40) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        assert stop_process(proc, signal.SIGINT, 40) == 0
 
 
 def test_run_one_service_serves_health(nats_url: str, tmp_path: Path) -> None:

@@ -21,9 +21,22 @@ from pathlib import Path
 import pytest
 import requests
 
+from services.dev_launch import popen_dev, stop_process
 from services.supervisor import child_role, direct_children
 from tests.conftest import free_port
-from tests.procs import ROOT, DevProcess, dev, wait_http
+from tests.job_helpers import one_task_job, raw_exec_task
+from tests.procs import (
+    ROOT,
+    DevProcess,
+    alive,
+    descendants,
+    dev,
+    proc_state,
+    server_config,
+    start_server,
+    until,
+    wait_http,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -34,24 +47,6 @@ def _child(parent: int, role: str) -> int:
     pids = [p for p in direct_children(parent) if child_role(p) == role]
     assert len(pids) == 1, f"expected one {role} under {parent}, found {pids}"
     return pids[0]
-
-
-def _descendants(pid: int) -> set[int]:
-    out: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in direct_children(todo.pop()):
-            out.add(child)
-            todo.append(child)
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def _until(what: str, check: Callable[[], bool], timeout: float) -> float:
@@ -70,17 +65,7 @@ def _until(what: str, check: Callable[[], bool], timeout: float) -> float:
 
 
 def _job(name: str) -> dict[str, object]:
-    task = {"Name": "t", "Driver": "raw_exec", "Config": {"command": "/bin/true"}}
-    group = {"Name": "g", "Count": 1, "Tasks": [task]}
-    return {
-        "Job": {
-            "ID": name,
-            "Name": name,
-            "Type": "batch",
-            "Datacenters": ["dc1"],
-            "TaskGroups": [group],
-        }
-    }
+    return {"Job": one_task_job(name, raw_exec_task("t", "/bin/true"))}
 
 
 class Data:
@@ -254,27 +239,21 @@ def test_kill_9_of_each_child_and_the_apis_come_back(tmp_path: Path) -> None:
         for victim in took:
             assert f"{victim} exited with" in said and f"{victim} restarted" in said, said
         print("recovery seconds:", took)
-        family = _descendants(d.proc.pid)
+        family = set(descendants(d.proc.pid))
     # SIGINT (Ctrl-C): every child stopped, exit 0, nothing left behind.
     assert d.proc.returncode == 0
-    assert not [(p, child_role(p)) for p in family if _alive(p)]
+    assert not [(p, child_role(p)) for p in family if alive(p)]
 
 
-def _server_config(nats_url: str, tmp_path: Path) -> tuple[Path, list[int]]:
-    ports = [free_port() for _ in range(3)]
-    cfg = tmp_path / "trellis.yaml"
-    cfg.write_text(
-        f"nats_url: {nats_url}\n"
-        f"cluster_name: srv{ports[0]}\n"
-        f"secrets_addr: 127.0.0.1:{ports[0]}\n"
-        f"workspace_addr: 127.0.0.1:{ports[1]}\n"
-        f"scheduler_addr: 127.0.0.1:{ports[2]}\n"
-        f"cluster_addr: 127.0.0.1:{free_port()}\n"
-        "log_json: true\n"
-        # The session's NATS admits anyone (tests/security covers the refusal).
-        "insecure_bus: true\n"
-    )
-    return cfg, ports
+def _kill_all(proc: subprocess.Popen[bytes], family: set[int]) -> None:
+    """Whatever is left (on failure) must not outlive the test."""
+    for p in family | set(descendants(proc.pid)):
+        if alive(p):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
 
 
 def _in_flight(base: str) -> float:
@@ -294,12 +273,7 @@ def _listening(port: int) -> bool:
 
 
 def _sigterm_leaves_nothing(argv: list[str], cfg: Path, ports: list[int], pid_one: bool) -> None:
-    proc = subprocess.Popen(
-        [*argv, sys.executable, "-m", "services.cli", "server", "--config", str(cfg)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = start_server(cfg, *argv)
     family: set[int] = set()
     try:
         wait_http(f"http://127.0.0.1:{ports[0]}/v1/sys/health", ok=(501,))
@@ -313,7 +287,7 @@ def _sigterm_leaves_nothing(argv: list[str], cfg: Path, ports: list[int], pid_on
                 if line.startswith("NSpid:")
             )
             assert nspid.split()[-1] == "1", nspid
-        family = _descendants(server)
+        family = set(descendants(server))
         assert len(family) >= 6, family
         # A request in flight when SIGTERM arrives is drained (answered), not cut off: a
         # blocking query that waits 3 s.
@@ -338,22 +312,15 @@ def _sigterm_leaves_nothing(argv: list[str], cfg: Path, ports: list[int], pid_on
         assert time.monotonic() - started < 30
         query.join(30)
         assert drained.get("status") == 200, drained
-        left = {p for p in family if _alive(p)}
+        left = {p for p in family if alive(p)}
         assert not left, f"left behind: {[(p, child_role(p)) for p in left]}"
         assert not any(_listening(p) for p in ports)
     finally:
-        # Whatever is left (on failure) must not outlive the test.
-        for p in family | _descendants(proc.pid):
-            if _alive(p):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p, signal.SIGKILL)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _kill_all(proc, family)
 
 
 def test_sigterm_to_server_stops_every_child_and_exits_0(nats_url: str, tmp_path: Path) -> None:
-    cfg, ports = _server_config(nats_url, tmp_path)
+    cfg, ports = server_config(nats_url, tmp_path)
     _sigterm_leaves_nothing([], cfg, ports, pid_one=False)
 
 
@@ -361,17 +328,10 @@ def test_sigterm_to_server_stops_every_child_and_exits_0(nats_url: str, tmp_path
 def test_sigterm_to_server_as_pid_1(nats_url: str, tmp_path: Path) -> None:
     """The kernel drops a signal to PID 1 that has no handler: without explicit handlers the
     server would ignore SIGTERM in a container."""
-    cfg, ports = _server_config(nats_url, tmp_path)
+    cfg, ports = server_config(nats_url, tmp_path)
     _sigterm_leaves_nothing(
         ["unshare", "--pid", "--fork", "--mount-proc"], cfg, ports, pid_one=True
     )
-
-
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-    except OSError:
-        return ""
 
 
 @pytest.mark.skipif(shutil.which("nsenter") is None or os.geteuid() != 0, reason="needs root")
@@ -393,41 +353,28 @@ def test_run_as_pid_1_reaps_orphans_and_stops_on_sigterm(nats_url: str) -> None:
     try:
         wait_http(f"http://127.0.0.1:{health}/readyz")
         pid_one = _child(proc.pid, "secrets")
-        family = _descendants(pid_one) | {pid_one}
+        family = set(descendants(pid_one)) | {pid_one}
         # An orphan inside the namespace: its parent exits at once, it exits 0.3 s later.
         subprocess.run(
             ["nsenter", "-t", str(pid_one), "-p", "--", "sh", "-c", "sleep 0.3 & exit 0"],
             check=True,
             timeout=10,
         )
-        orphans = _until_value(
-            lambda: [p for p in direct_children(pid_one) if child_role(p) == "sleep"], 5
+        orphans = until(
+            lambda: [p for p in direct_children(pid_one) if child_role(p) == "sleep"],
+            5,
+            "the orphaned sleep",
+            interval=0.02,
         )
         deadline = time.monotonic() + 10
-        while any(_state(p) for p in orphans) and time.monotonic() < deadline:
+        while any(proc_state(p) for p in orphans) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not any(_state(p) for p in orphans), {p: _state(p) for p in orphans}
+        assert not any(proc_state(p) for p in orphans), {p: proc_state(p) for p in orphans}
         os.kill(pid_one, signal.SIGTERM)
         assert proc.wait(30) == 0
-        assert not [p for p in family if _alive(p)]
+        assert not [p for p in family if alive(p)]
     finally:
-        for p in family | _descendants(proc.pid):
-            if _alive(p):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p, signal.SIGKILL)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-def _until_value(get: Callable[[], list[int]], timeout: float) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = get()
-        if got:
-            return got
-        time.sleep(0.02)
-    raise AssertionError("not seen before the deadline")
+        _kill_all(proc, family)
 
 
 def test_root_token_works_at_the_first_200_of_health(tmp_path: Path) -> None:
@@ -435,24 +382,12 @@ def test_root_token_works_at_the_first_200_of_health(tmp_path: Path) -> None:
     token = f"first-{uuid.uuid4().hex[:8]}"
     out = tmp_path / "dev.out"
     with open(out, "wb") as sink:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "services.cli",
-                "dev",
-                "--root-token",
-                token,
-                "--services",
-                "crypto",
-                "--secrets-addr",
-                f"127.0.0.1:{ports[0]}",
-                "--workspace-addr",
-                f"127.0.0.1:{ports[1]}",
-                "--scheduler-addr",
-                f"127.0.0.1:{ports[2]}",
-            ],
-            cwd=ROOT,
+        proc = popen_dev(
+            ports,
+            "--root-token",
+            token,
+            "--services",
+            "crypto",
             stdout=sink,
             stderr=subprocess.STDOUT,
         )
@@ -485,9 +420,4 @@ def test_root_token_works_at_the_first_200_of_health(tmp_path: Path) -> None:
             assert ready[api].json()["gateway"] is True
             assert ready[api].json()["service"]["ready"] is False
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            assert proc.wait(40) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        assert stop_process(proc, signal.SIGINT, 40) == 0

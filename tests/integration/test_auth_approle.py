@@ -374,7 +374,7 @@ async def test_approle_bad_input_is_4xx(nats_url: str) -> None:
             ("POST", "role/x", {"secret_id_ttl": "-5s"}, 400),
             ("POST", "role/x", {"secret_id_ttl": "later"}, 400),
             ("POST", "role/x", {"secret_id_bound_cidrs": "300.0.0.0/8"}, 400),
-            ("POST", "role/x", {"token_type": "batch"}, 400),
+            ("POST", "role/x", {"token_type": "batchy"}, 400),
             ("POST", "role/x", {"token_ttl": "2h", "token_max_ttl": "1h"}, 400),
             ("POST", "role/x", {"policies": "a", "token_policies": "b"}, 400),
             ("POST", "role/x", {"role_id": ""}, 400),

@@ -297,7 +297,7 @@ async def test_userpass_bad_input_is_4xx(nats_url: str) -> None:
             ("POST", "users/x", {"password": "p", "token_ttl": "2h", "token_max_ttl": "1h"}, 400),
             ("POST", "users/x", {"password": "p", "token_num_uses": -1}, 400),
             ("POST", "users/x", {"password": "p", "token_bound_cidrs": "nonsense"}, 400),
-            ("POST", "users/x", {"password": "p", "token_type": "batch"}, 400),
+            ("POST", "users/x", {"password": "p", "token_type": "batchy"}, 400),
             ("POST", "users/x", {"password": "p", "token_type": "weird"}, 400),
             ("POST", "users/x", {"password": "p", "policies": "a", "token_policies": "b"}, 400),
             ("POST", "users/x", {"password": "p", "token_no_default_policy": "maybe"}, 400),

@@ -60,17 +60,17 @@ async def test_parked_polls_hold_no_slot(nats_url: str, unique: str) -> None:
         await server.serve(f"{unique}.poll", handler, Poll, queue="q", concurrency=1)
         polls = [
             asyncio.ensure_future(
-                client.request(f"{unique}.poll", Poll(after=5), Index, timeout=10)
+                client.request(f"{unique}.poll", Poll(after=5), Index, timeout=30)
             )
             for _ in range(50)
         ]
         failing = asyncio.ensure_future(
-            client.request(f"{unique}.poll", Poll(after=99), Index, timeout=10)
+            client.request(f"{unique}.poll", Poll(after=99), Index, timeout=30)
         )
-        await asyncio.wait_for(parked_goal[51].wait(), 5)
+        await asyncio.wait_for(parked_goal[51].wait(), 20)
         assert len(server._parked) == 51
         for _ in range(20):
-            got = await client.request(f"{unique}.poll", Poll(after=0), Index, timeout=2)
+            got = await client.request(f"{unique}.poll", Poll(after=0), Index, timeout=10)
             assert got == Index(1)
         assert not any(p.done() for p in polls)
         waiters.notify(6)
@@ -83,9 +83,9 @@ async def test_parked_polls_hold_no_slot(nats_url: str, unique: str) -> None:
 
         # At close, a poll still waiting gets its answer from the current state.
         late = asyncio.ensure_future(
-            client.request(f"{unique}.poll", Poll(after=500), Index, timeout=10)
+            client.request(f"{unique}.poll", Poll(after=500), Index, timeout=30)
         )
-        await asyncio.wait_for(parked_goal[52].wait(), 5)
+        await asyncio.wait_for(parked_goal[52].wait(), 20)
         assert len(server._parked) == 1
         await server.close()
         assert await late == Index(100)

@@ -7,41 +7,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
-import aiohttp
 import pytest
 
+from tests.dbcloud_helpers import PRIV, PUB, dbcloud_provider, mount_dbcloud, provider_keys
 from tests.fakes.process import Fake, start_fake
-from tests.harness import Cluster, start_cluster
+from tests.harness import start_cluster
 
 pytestmark = pytest.mark.nats
-
-PUB, PRIV = "adminpub", "admin-private-key"
 
 
 @pytest.fixture
 async def provider() -> AsyncIterator[Fake]:
-    fake = await start_fake(
-        "tests.fakes.dbcloud_provider",
-        "--public-key",
-        PUB,
-        "--private-key",
-        PRIV,
-        "--org",
-        "org1",
-        "--project",
-        "proj1=org1",
-    )
-    try:
+    async with dbcloud_provider() as fake:
         yield fake
-    finally:
-        await fake.stop()
-
-
-async def provider_keys(fake: Fake) -> list[dict[str, Any]]:
-    async with aiohttp.ClientSession() as s, s.get(fake.url + "/_emulator/keys") as r:
-        return await r.json()
 
 
 async def wait_until(check, limit: float = 20.0) -> None:  # type: ignore[no-untyped-def]
@@ -49,17 +28,6 @@ async def wait_until(check, limit: float = 20.0) -> None:  # type: ignore[no-unt
     while not await check():
         assert time.monotonic() < deadline, "condition not met in time"
         await asyncio.sleep(0.2)
-
-
-async def _mount(c: Cluster, api_url: str) -> None:
-    status, body = await c.request("POST", "/v1/sys/mounts/dbcloud", json={"type": "dbcloud"})
-    assert status == 204, body
-    status, body = await c.request(
-        "POST",
-        "/v1/dbcloud/config",
-        json={"public_key": PUB, "private_key": PRIV, "api_url": api_url},
-    )
-    assert status == 204, body
 
 
 async def test_roles_and_bad_input(nats_url: str) -> None:
@@ -168,7 +136,7 @@ async def test_creds_are_deleted_at_the_provider_when_the_lease_expires(
 ) -> None:
     c = await start_cluster(nats_url)
     try:
-        await _mount(c, provider.url)
+        await mount_dbcloud(c, provider.url)
         status, body = await c.request(
             "POST",
             "/v1/dbcloud/roles/short",
@@ -208,7 +176,7 @@ async def test_creds_are_deleted_at_the_provider_when_the_lease_expires(
 async def test_project_creds_revoke_and_renew(nats_url: str, provider: Fake) -> None:
     c = await start_cluster(nats_url)
     try:
-        await _mount(c, provider.url)
+        await mount_dbcloud(c, provider.url)
         status, body = await c.request(
             "POST",
             "/v1/dbcloud/roles/proj",
@@ -255,7 +223,7 @@ async def test_provider_down_is_502_and_nothing_half_created(nats_url: str) -> N
     )
     c = await start_cluster(nats_url)
     try:
-        await _mount(c, failing.url)
+        await mount_dbcloud(c, failing.url)
         status, body = await c.request(
             "POST",
             "/v1/dbcloud/roles/r",

@@ -36,6 +36,7 @@ async def base(nats_url: str) -> AsyncIterator[str]:
         secrets_addr="127.0.0.1:0",
         workspace_addr="127.0.0.1:0",
         scheduler_addr="127.0.0.1:0",
+        insecure_bus=True,  # throwaway cluster: name-derived keys (shared/service_identity.py)
     )
     gbus, sbus = await Bus.connect(nats_url, "g"), await Bus.connect(nats_url, "s")
     gw = Gateway(gbus, settings)

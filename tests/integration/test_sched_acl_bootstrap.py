@@ -31,6 +31,7 @@ async def test_first_bootstrap_wins_across_replicas(nats_url: str) -> None:
         secrets_addr="127.0.0.1:0",
         workspace_addr="127.0.0.1:0",
         scheduler_addr="127.0.0.1:0",
+        insecure_bus=True,  # throwaway cluster: name-derived keys (shared/service_identity.py)
         data_dir=data_dir,
     )
     buses = [await Bus.connect(nats_url, n) for n in ("g", "s1", "s2")]

@@ -110,6 +110,7 @@ async def cluster(nats_url: str) -> AsyncIterator[Cluster]:
         secrets_addr="127.0.0.1:0",
         workspace_addr="127.0.0.1:0",
         scheduler_addr="127.0.0.1:0",
+        insecure_bus=True,  # throwaway cluster: name-derived keys (shared/service_identity.py)
     )
     buses = [await Bus.connect(nats_url, f"b{i}") for i in range(4)]
     gw = Gateway(buses[0], settings)

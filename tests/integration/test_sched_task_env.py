@@ -105,8 +105,9 @@ async def test_process_sees_exactly_the_built_environment(
             task_dir / "local",
             task_dir / "secrets",
             task_dir / "tmp",
-            task_dir / "stdout.log",
-            task_dir / "stderr.log",
+            Path(runner.alloc_dir) / "alloc" / "logs",
+            Path(runner.alloc_dir) / "alloc" / "logs" / "dump.stdout.0",
+            Path(runner.alloc_dir) / "alloc" / "logs" / "dump.stderr.0",
         )
     }
     assert modes.pop(Path(runner.alloc_dir)) == 0o711

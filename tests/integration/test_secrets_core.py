@@ -280,7 +280,7 @@ async def test_bad_input_gets_documented_errors(nats_url: str) -> None:
             async with s.post(
                 c.secrets_url + "/v1/sys/policies/acl/x", data=b"{not json", headers=hdr
             ) as r:
-                assert r.status == 400 and "failed to parse JSON" in (await r.json())["errors"][0]
+                assert r.status == 400 and "failed to decode JSON" in (await r.json())["errors"][0]
             async with s.post(
                 c.secrets_url + "/v1/sys/policies/acl/x", data=b"[1,2]", headers=hdr
             ) as r:

@@ -13,16 +13,9 @@ from pathlib import Path
 
 from services.restarts import RestartPolicy
 from services.supervisor import Supervisor
+from tests.procs import alive
 
 PY = sys.executable
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def test_a_crashing_child_is_restarted_then_given_up_on(tmp_path: Path) -> None:
@@ -72,13 +65,13 @@ def test_stop_ends_every_child_and_their_groups(tmp_path: Path) -> None:
             break
         time.sleep(0.05)
     worker = int((tmp_path / "parent.log").read_text().split()[0])
-    assert _alive(worker)
+    assert alive(worker)
     started = time.monotonic()
     sup.stop()
     assert time.monotonic() - started < 3.0 + 6
     assert stubborn.proc.returncode is not None and parent.proc.returncode is not None
     deadline = time.monotonic() + 5
-    while _alive(worker) and time.monotonic() < deadline:
+    while alive(worker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(worker), "a child's worker outlived the supervisor's stop"
+    assert not alive(worker), "a child's worker outlived the supervisor's stop"
     assert "stubborn did not stop in time" in (tmp_path / "supervisor.log").read_text()

@@ -97,6 +97,7 @@ async def start_cluster(
         secrets_addr="127.0.0.1:0",
         workspace_addr="127.0.0.1:0",
         scheduler_addr="127.0.0.1:0",
+        insecure_bus=True,  # throwaway cluster: name-derived keys (shared/service_identity.py)
     )
     buses = [await Bus.connect(nats_url, "gateway")]
     gw = Gateway(buses[0], settings)
@@ -888,8 +889,22 @@ async def test_no_body_or_id_gives_a_500(api: Api, unique: str) -> None:
     await api.org(unique)
     ws = await api.workspace(unique, "victim")
     fills = [
-        {"org": unique, "id": ws["id"], "name": "victim", "var": "var-unknown"},
-        {"org": "nope", "id": "x-unknown", "name": "nope", "var": "var-unknown"},
+        {
+            "org": unique,
+            "id": ws["id"],
+            "name": "victim",
+            "var": "var-unknown",
+            "action": "apply",
+            "cap": "x",
+        },
+        {
+            "org": "nope",
+            "id": "x-unknown",
+            "name": "nope",
+            "var": "var-unknown",
+            "action": "cancel",
+            "cap": "x",
+        },
     ]
     for method, pattern, _, _ in TABLE:
         if pattern.startswith("/.well-known") or "{rsc:" in pattern:

@@ -67,7 +67,7 @@ async def test_two_replicas_same_name_one_201_one_422(nats_url: str, unique: str
 
 async def test_late_replica_starts_from_snapshot(nats_url: str, unique: str) -> None:
     admin = secrets.token_hex(16)
-    settings = Settings(nats_url=nats_url, cluster_name=unique)
+    settings = Settings(nats_url=nats_url, cluster_name=unique, insecure_bus=True)
     bus1 = await Bus.connect(nats_url, "ws-1")
     first = WorkspaceService(bus1, settings, admin_token=admin, snapshot_every=10)
     await first.start()

@@ -769,6 +769,7 @@ async def test_data_keys_come_sealed_from_the_secrets_service(env: tuple[Api, Cl
     outside the fixed list are refused; a sealed cluster refuses (503)."""
     from services.workspace.sealing import bus_fetch
     from shared.errors import ServiceError
+    from shared.service_identity import load_service_key
 
     _, cluster = env
     second = await cluster.add_secrets_replica()
@@ -778,7 +779,9 @@ async def test_data_keys_come_sealed_from_the_secrets_service(env: tuple[Api, Cl
         assert asyncio.get_running_loop().time() < deadline, "the new replica stayed sealed"
         await asyncio.sleep(0.05)
     bus = cluster.buses[0]
-    fetch = bus_fetch(bus, cluster.settings.cluster_name)
+    fetch = bus_fetch(
+        bus, cluster.settings.cluster_name, load_service_key(cluster.settings, "workspace")
+    )
     keys = {await fetch("workspace/state") for _ in range(4)}
     assert len(keys) == 1 and len(next(iter(keys))) == 32
     assert await fetch("workspace/variables") not in keys

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -50,18 +49,11 @@ class DevBusTarget:
         )
 
 
-def nats_url_of(output: list[str]) -> str:
-    for line in output:
-        if m := re.match(r"NATS:\s+(\S+)", line):
-            return m.group(1)
-    raise AssertionError("trellis dev printed no NATS address:\n" + "".join(output))
-
-
 @contextlib.contextmanager
 def dev_with_data(tmp: Path, *args: str) -> Iterator[DevBusTarget]:
     data = tmp / "data"
     with dev("--data-dir", str(data), *args) as d:
-        yield DevBusTarget(d, data, nats_url_of(d.output))
+        yield DevBusTarget(d, data, d.nats_url)
 
 
 class Errors:

@@ -135,3 +135,13 @@ def creator_policy(t: Target) -> str:
 def child_of(t: Target, parent: str) -> str:
     body = t.ok("POST", "auth/token/create", token=parent, json={"ttl": "1h"})
     return body["auth"]["client_token"]
+
+
+def ssh_otp_mount(t: Target, mount: str) -> None:
+    """An ssh mount at `mount` with an OTP role `otp` (user ubuntu, loopback CIDR)."""
+    t.ok("POST", f"sys/mounts/{mount}", json={"type": "ssh"})
+    t.ok(
+        "POST",
+        f"{mount}/roles/otp",
+        json={"key_type": "otp", "default_user": "ubuntu", "cidr_list": "127.0.0.0/8"},
+    )

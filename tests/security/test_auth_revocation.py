@@ -14,6 +14,7 @@ from tests.security.secrets_targets import (
     creator_policy,
     eventually,
     login,
+    ssh_otp_mount,
     target_fixture,  # noqa: F401 - the `target` fixture
     trellis_dev_fixture,  # noqa: F401 - the `trellis_dev` fixture
     unique,
@@ -175,12 +176,7 @@ def test_token_create_leases_live_under_auth_token_create(target: Target) -> Non
 
 def test_disabling_a_secrets_mount_revokes_its_leases(target: Target) -> None:
     mount = unique("ssh")
-    target.ok("POST", f"sys/mounts/{mount}", json={"type": "ssh"})
-    target.ok(
-        "POST",
-        f"{mount}/roles/otp",
-        json={"key_type": "otp", "default_user": "ubuntu", "cidr_list": "127.0.0.0/8"},
-    )
+    ssh_otp_mount(target, mount)
     first = target.ok("POST", f"{mount}/creds/otp", json={"ip": "127.0.0.1"})
     second = target.ok("POST", f"{mount}/creds/otp", json={"ip": "127.0.0.1"})
     assert first["lease_id"].startswith(f"{mount}/creds/otp/")
@@ -200,12 +196,7 @@ def test_disabling_a_secrets_mount_revokes_its_leases(target: Target) -> None:
 
 def test_moving_a_secrets_mount_revokes_its_leases_at_the_backend(target: Target) -> None:
     mount, moved = unique("ssh"), unique("sshmoved")
-    target.ok("POST", f"sys/mounts/{mount}", json={"type": "ssh"})
-    target.ok(
-        "POST",
-        f"{mount}/roles/otp",
-        json={"key_type": "otp", "default_user": "ubuntu", "cidr_list": "127.0.0.0/8"},
-    )
+    ssh_otp_mount(target, mount)
     creds = target.ok("POST", f"{mount}/creds/otp", json={"ip": "127.0.0.1"})
     r = target.req("POST", "sys/remount", json={"from": mount, "to": moved})
     assert r.status_code == 200, r.text

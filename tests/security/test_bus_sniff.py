@@ -1,13 +1,18 @@
 """Issue 16 (1): nothing secret crosses NATS in the clear. A NATS user allowed `>` (the NATS
 operator: here an open nats-server of our own, with `trellis dev --nats-url ... --insecure-bus`)
-records every message through init, unseal, seal, unseal, KV writes and reads, PKI issue and
-token create, and finds no unseal key, token, secret value or private key in any of them, raw
-or base64-encoded."""
+records every message through init, unseal, seal, unseal, KV writes and reads, PKI issue,
+token create, a sensitive workspace variable, a Terraform state upload, a scheduler request
+with a token, and DR replication to a second cluster (its own `trellis dev` on the same NATS),
+and finds no unseal key, token, secret value, state or private key in any of them, raw or
+base64-encoded."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
+import json
+import os
 import shutil
 import subprocess
 import time
@@ -20,8 +25,9 @@ import requests
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tests.conftest import start_nats
-from tests.procs import start_dev
+from services.scheduler.client.identity import SECRET_ID
+from tests.conftest import free_port, start_nats
+from tests.procs import DevProcess, start_dev
 
 pytestmark = pytest.mark.e2e
 
@@ -58,6 +64,12 @@ def test_a_sniffer_on_every_subject_learns_no_secret(tmp_path: Path) -> None:
         assert len(api) >= 12, "the sniffer saw no secrets API traffic: the test proves nothing"
         assert any(m.startswith(b"trellis.crypto.cmd ") for m in seen)
         assert any(m.startswith(b"trellis.secrets.seal.share ") for m in seen)
+        for subject in (b"trellis.api.workspace ", b"trellis.api.scheduler "):
+            assert sum(m.startswith(subject) for m in seen) >= 2, subject
+        assert any(m.startswith(b"trellis.sched.node.") for m in seen)
+        assert any(m.startswith(b"trellis.secrets.datakey ") for m in seen)
+        # The secondary cluster's storage took the replicated entries (its KV bucket).
+        assert sum(m.startswith(b"$KV.drsniff-secrets.") for m in seen) >= 5
         for name, secret in secrets.items():
             for form in _forms(secret):
                 hits = [m[:80] for m in seen if form in m]
@@ -76,14 +88,8 @@ def test_a_sniffer_on_every_subject_learns_no_secret(tmp_path: Path) -> None:
 
 def drive(url: str, tmp_path: Path) -> dict[str, bytes]:
     """A session of an operator and a client; returns every secret it handled."""
-    d = start_dev(
-        "--nats-url",
-        url,
-        "--insecure-bus",
-        "--data-dir",
-        str(tmp_path / "dev"),
-        "--services",
-        "crypto",
+    d = start_dev_on(
+        url, tmp_path / "dev", "--services", "crypto,workspace,scheduler,replication,client"
     )
     try:
         base, root = d.secrets, d.root_token
@@ -111,9 +117,15 @@ def drive(url: str, tmp_path: Path) -> dict[str, bytes]:
             "POST", "/v1/pki/root/generate/internal", {"common_name": "Sniff CA", "key_type": "ec"}
         )
         call("POST", "/v1/pki/roles/web", {"allow_any_name": True, "key_type": "ec"})
-        issued = call("POST", "/v1/pki/issue/web", {"common_name": "a.example.com"})["data"]
+        issued = call("POST", "/v1/pki/issue/web", {"common_name": "a.example.com", "ttl": "1h"})[
+            "data"
+        ]
         token = call("POST", "/v1/auth/token/create", {"policies": ["default"]})["auth"]
         assert call("GET", "/v1/auth/token/lookup-self", token=token["client_token"])
+        workspace = drive_workspace(d.workspace, root)
+        sched_token = drive_scheduler(d.scheduler, root)
+        node_secret = wait_for_node(d.scheduler, root, tmp_path / "dev" / "client")
+        dr_value = drive_replication(call, d.secrets, url, tmp_path)
         # The private key's base64 body, one full line (a line never spans a newline escape).
         pem_lines = issued["private_key"].strip().splitlines()[1:-1]
         return {
@@ -124,9 +136,149 @@ def drive(url: str, tmp_path: Path) -> dict[str, bytes]:
             "secret value": value.encode(),
             "private key": pem_lines[0].encode(),
             "private key (scalar)": scalar(issued["private_key"]),
+            **workspace,
+            "scheduler token": sched_token.encode(),
+            "node secret": node_secret.encode(),
+            "replicated secret value": dr_value.encode(),
         }
     finally:
         d.stop()
+
+
+def wait_serving(url: str) -> None:
+    """`trellis dev` does not wait for the workspace and scheduler services; with the sniffer
+    subscribed to `>` a request before they listen times out instead of finding no responder."""
+    deadline = time.monotonic() + 90
+    while requests.get(url, timeout=30).status_code >= 500:
+        assert time.monotonic() < deadline, f"{url} never answered"
+        time.sleep(0.2)
+
+
+def drive_workspace(base: str, root: str) -> dict[str, bytes]:
+    """A sensitive variable and a state upload; returns what must stay secret."""
+    wait_serving(base + "/api/v2/ping")
+    hdr = {"Authorization": f"Bearer {root}", "Content-Type": "application/vnd.api+json"}
+
+    def call(method: str, path: str, body: object, status: int) -> dict:
+        r = requests.request(method, base + path, json=body, headers=hdr, timeout=60)
+        assert r.status_code == status, (path, r.status_code, r.text)
+        return r.json() if r.content else {}
+
+    org = "sniff" + uuid.uuid4().hex[:6]
+    org_doc = {"data": {"type": "organizations", "attributes": {"name": org, "email": "o@x.io"}}}
+    call("POST", "/api/v2/organizations", org_doc, 201)
+    ws_attrs = {"name": "app", "execution-mode": "local"}
+    ws = call(
+        "POST",
+        f"/api/v2/organizations/{org}/workspaces",
+        {"data": {"type": "workspaces", "attributes": ws_attrs}},
+        201,
+    )["data"]["id"]
+    variable = "wsvar-" + uuid.uuid4().hex
+    attrs = {"key": "db_password", "value": variable, "category": "terraform", "sensitive": True}
+    call(
+        "POST",
+        f"/api/v2/workspaces/{ws}/vars",
+        {"data": {"type": "vars", "attributes": attrs}},
+        201,
+    )
+    call("POST", f"/api/v2/workspaces/{ws}/actions/lock", {}, 200)
+    output = "state-" + uuid.uuid4().hex
+    raw = json.dumps(
+        {
+            "version": 4,
+            "terraform_version": "1.0.3",
+            "serial": 1,
+            "lineage": str(uuid.uuid4()),
+            "outputs": {"token": {"value": output, "type": "string", "sensitive": True}},
+            "resources": [],
+        }
+    ).encode()
+    sv = {
+        "serial": 1,
+        "lineage": json.loads(raw)["lineage"],
+        "md5": hashlib.md5(raw).hexdigest(),
+        "state": base64.b64encode(raw).decode(),
+    }
+    call(
+        "POST",
+        f"/api/v2/workspaces/{ws}/state-versions",
+        {"data": {"type": "state-versions", "attributes": sv}},
+        201,
+    )
+    return {"workspace variable": variable.encode(), "state output": output.encode()}
+
+
+def drive_scheduler(base: str, root: str) -> str:
+    """Scheduler requests carrying a token (the management token: the root token in dev, and
+    one it creates); returns the created token's secret."""
+    hdr = {"X-Nomad-Token": root}
+    wait_serving(base + "/v1/status/leader")
+    r = requests.get(base + "/v1/jobs", headers=hdr, timeout=30)
+    assert r.status_code == 200, r.text
+    body = {"Name": "sniff", "Type": "client", "Policies": [], "Global": False}
+    r = requests.post(base + "/v1/acl/token", json=body, headers=hdr, timeout=30)
+    if r.status_code != 200:  # ACLs off in dev: the root token still crossed in the request
+        return root
+    secret = r.json()["SecretID"]
+    assert requests.get(base + "/v1/jobs", headers={"X-Nomad-Token": secret}, timeout=30)
+    return secret
+
+
+def start_dev_on(url: str, data_dir: Path, *args: str) -> DevProcess:
+    """`trellis dev` on the sniffed NATS, its DR listener on a free port."""
+    os.environ["TRELLIS_CLUSTER_ADDR"] = f"127.0.0.1:{free_port()}"
+    try:
+        return start_dev("--nats-url", url, "--insecure-bus", "--data-dir", str(data_dir), *args)
+    finally:
+        del os.environ["TRELLIS_CLUSTER_ADDR"]
+
+
+def wait_for_node(base: str, root: str, client_dir: Path) -> str:
+    """The dev client node registered (its RPCs, with its node secret, crossed the bus);
+    returns that secret."""
+    deadline = time.monotonic() + 60
+    while True:
+        r = requests.get(base + "/v1/nodes", headers={"X-Nomad-Token": root}, timeout=30)
+        if r.status_code == 200 and any(n["Status"] == "ready" for n in r.json()):
+            break
+        assert time.monotonic() < deadline, f"no client node became ready: {r.text}"
+        time.sleep(0.2)
+    return (client_dir / SECRET_ID).read_text().strip()
+
+
+def drive_replication(call, primary: str, url: str, tmp_path: Path) -> str:  # type: ignore[no-untyped-def]
+    """A second cluster on the same NATS becomes this one's DR secondary and catches up with a
+    fresh secret; returns the secret's value."""
+    value = "dr-" + uuid.uuid4().hex
+    call("POST", "/v1/secret/data/replicated", {"data": {"password": value}})
+    call("POST", "/v1/sys/replication/dr/primary/enable", {})
+    wrapped = call("POST", "/v1/sys/replication/dr/primary/secondary-token", {"id": "sniff"})[
+        "wrap_info"
+    ]["token"]
+    second = start_dev_on(
+        url, tmp_path / "dev2", "--cluster-name", "drsniff", "--services", "replication"
+    )
+    try:
+        r = requests.post(
+            second.secrets + "/v1/sys/replication/dr/secondary/enable",
+            json={"token": wrapped, "primary_api_addr": primary},
+            headers={"X-Vault-Token": second.root_token},
+            timeout=120,
+        )
+        assert r.status_code == 200, r.text
+        status = "/v1/sys/replication/dr/status"
+        want = call("GET", status)["data"]["last_wal"]
+        deadline = time.monotonic() + 60
+        while True:
+            got = requests.get(second.secrets + status, timeout=10).json()["data"]
+            if got.get("last_remote_wal", 0) >= want:
+                break
+            assert time.monotonic() < deadline, f"the secondary did not catch up: {got}"
+            time.sleep(0.1)
+    finally:
+        second.stop()
+    return value
 
 
 def scalar(pem: str) -> bytes:

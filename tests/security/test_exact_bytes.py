@@ -13,6 +13,7 @@ import pytest
 from tests.security.secrets_targets import (
     Target,
     login,
+    ssh_otp_mount,
     target_fixture,  # noqa: F401 - the `target` fixture
     trellis_dev_fixture,  # noqa: F401 - the `trellis_dev` fixture
     unique,
@@ -121,12 +122,7 @@ def test_wrapping_tokens_compare_on_exact_bytes(target: Target) -> None:
 
 def test_ssh_otp_compares_on_exact_bytes(target: Target) -> None:
     mount = unique("ssh")
-    target.ok("POST", f"sys/mounts/{mount}", json={"type": "ssh"})
-    target.ok(
-        "POST",
-        f"{mount}/roles/otp",
-        json={"key_type": "otp", "default_user": "ubuntu", "cidr_list": "127.0.0.0/8"},
-    )
+    ssh_otp_mount(target, mount)
     otp = target.ok("POST", f"{mount}/creds/otp", json={"ip": "127.0.0.1"})["data"]["key"]
     _refused(target, f"{mount}/verify", {"otp": otp + NUL}, 400, "OTP not found")
     data = target.ok("POST", f"{mount}/verify", json={"otp": otp})["data"]

@@ -6,18 +6,16 @@ own environment, Nomad's NOMAD_* variables with the right values, and a plain PA
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import nomad
 import pytest
 
 from services.scheduler.client.taskenv import PLAIN_PATH
-from tests.procs import dev
+from tests.job_helpers import finished_alloc, one_task_job, raw_exec_task
+from tests.procs import dev, dev_client_agent
 
 pytestmark = pytest.mark.e2e
 
@@ -39,75 +37,26 @@ open(sys.argv[1], "w").write(json.dumps(out))
 SENSITIVE = re.compile(r"TOKEN|SECRET|PASSWORD|CREDENTIAL|KEY|NATS", re.IGNORECASE)
 
 
-def client_environ(nats_url: str) -> dict[str, str]:
-    """The environment of this dev's client agent process, read from /proc."""
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if b"services.cli" not in cmd or b"client" not in cmd:
-                continue
-            raw = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            continue
-        env = dict(
-            item.decode(errors="replace").split("=", 1) for item in raw.split(b"\0") if b"=" in item
-        )
-        if env.get("TRELLIS_NATS_URL") == nats_url:
-            return env
-    raise AssertionError("the dev client agent process was not found")
-
-
-def until(pred: Any, timeout: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError("condition not met before the deadline")
-
-
 def test_task_environment_holds_no_credential(tmp_path: Path) -> None:
     out = tmp_path / "task-env.json"
     with dev("--acl") as d:
-        nats_url = next(line.split()[-1] for line in d.output if line.startswith("NATS:"))
-        agent_env = client_environ(nats_url)
+        _, agent_env = dev_client_agent(d.nats_url)
         client = nomad.Nomad(address=d.scheduler, token=d.root_token, timeout=10)
-        job = {
-            "ID": "envjob",
-            "Name": "envjob",
-            "Type": "batch",
-            "Datacenters": ["dc1"],
-            "Meta": {"owner": "team-a"},
-            "TaskGroups": [
-                {
-                    "Name": "g",
-                    "Count": 1,
-                    "Meta": {"tier": "web"},
-                    "Tasks": [
-                        {
-                            "Name": "t",
-                            "Driver": "raw_exec",
-                            "Config": {
-                                "command": sys.executable,
-                                "args": ["-c", SCRIPT, str(out)],
-                            },
-                            "Env": {"GREETING": "hello from ${NOMAD_GROUP_NAME}"},
-                            "Meta": {"team-key": "k1"},
-                            "Resources": {"CPU": 200, "MemoryMB": 96},
-                        }
-                    ],
-                }
-            ],
-        }
+        task = raw_exec_task(
+            "t",
+            sys.executable,
+            "-c",
+            SCRIPT,
+            str(out),
+            Env={"GREETING": "hello from ${NOMAD_GROUP_NAME}"},
+            Meta={"team-key": "k1"},
+            Resources={"CPU": 200, "MemoryMB": 96},
+        )
+        job = one_task_job(
+            "envjob", task, group_extra={"Meta": {"tier": "web"}}, Meta={"owner": "team-a"}
+        )
         client.jobs.register_job({"Job": job})
-
-        def finished() -> Any:
-            allocs = client.job.get_allocations("envjob")
-            done = [a for a in allocs if a["ClientStatus"] in ("complete", "failed")]
-            return done[0] if done else None
-
-        alloc = until(finished)
+        alloc = finished_alloc(client, "envjob")
         assert alloc["ClientStatus"] == "complete", alloc.get("TaskStates")
         dump = json.loads(out.read_text())
 

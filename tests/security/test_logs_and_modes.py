@@ -23,7 +23,7 @@ pytestmark = pytest.mark.e2e
 # them and keeps ~/.vault-token); they are checked for their mode, not their content.
 CREDENTIAL_FILES = {"dev-keys.json"}
 # Task dirs of the dev client node: their modes are the job's business (Nomad's alloc dirs);
-# the 0700 data dir around them keeps other users out.
+# the data dir around them (0711) lets no other user list or read anything.
 TASK_DIRS = ("client",)
 
 
@@ -149,6 +149,8 @@ def test_no_secret_in_any_log_or_data_file_and_every_mode_is_private(tmp_path: P
             continue
         mode = stat.S_IMODE(path.stat().st_mode)
         want = 0o700 if path.is_dir() else 0o600
+        if path == data_dir:
+            want = 0o711  # traversable for tasks that run as their own user, never listable
         if rel.parts and rel.parts[0] in TASK_DIRS:
             want = mode if mode & 0o077 in (0, 0o011) else want  # traversable, never listable
         if mode != want:

@@ -4,52 +4,24 @@ keys are deleted at the provider (an emulator in its own process), not merely fo
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
-import aiohttp
 import pytest
 
-from tests.fakes.process import Fake, start_fake
+from tests.dbcloud_helpers import dbcloud_provider, mount_dbcloud, provider_keys
+from tests.fakes.process import Fake
 from tests.harness import Cluster, start_cluster
 
 pytestmark = pytest.mark.nats
 
-PUB, PRIV = "adminpub", "admin-private-key"
-
 
 @pytest.fixture
 async def provider() -> AsyncIterator[Fake]:
-    fake = await start_fake(
-        "tests.fakes.dbcloud_provider",
-        "--public-key",
-        PUB,
-        "--private-key",
-        PRIV,
-        "--org",
-        "org1",
-        "--project",
-        "proj1=org1",
-    )
-    try:
+    async with dbcloud_provider() as fake:
         yield fake
-    finally:
-        await fake.stop()
-
-
-async def _keys(fake: Fake) -> list[dict[str, Any]]:
-    async with aiohttp.ClientSession() as s, s.get(fake.url + "/_emulator/keys") as r:
-        return await r.json()
 
 
 async def _dbcloud_with_two_keys(c: Cluster, fake: Fake, mount: str) -> list[str]:
-    status, body = await c.request("POST", f"/v1/sys/mounts/{mount}", json={"type": "dbcloud"})
-    assert status == 204, body
-    status, body = await c.request(
-        "POST",
-        f"/v1/{mount}/config",
-        json={"public_key": PUB, "private_key": PRIV, "api_url": fake.url},
-    )
-    assert status == 204, body
+    await mount_dbcloud(c, fake.url, mount)
     status, body = await c.request(
         "POST",
         f"/v1/{mount}/roles/proj",
@@ -61,7 +33,7 @@ async def _dbcloud_with_two_keys(c: Cluster, fake: Fake, mount: str) -> list[str
         status, body = await c.request("GET", f"/v1/{mount}/creds/proj")
         assert status == 200, body
         leases.append(body["lease_id"])
-    assert len(await _keys(fake)) == 2
+    assert len(await provider_keys(fake)) == 2
     return leases
 
 
@@ -73,7 +45,7 @@ async def test_disabling_a_dbcloud_mount_deletes_its_keys_at_the_provider(
         leases = await _dbcloud_with_two_keys(c, provider, "dbc")
         status, body = await c.request("DELETE", "/v1/sys/mounts/dbc")
         assert status == 204, body
-        assert await _keys(provider) == []
+        assert await provider_keys(provider) == []
         for lease_id in leases:
             status, body = await c.request(
                 "PUT", "/v1/sys/leases/lookup", json={"lease_id": lease_id}
@@ -93,10 +65,10 @@ async def test_moving_a_dbcloud_mount_deletes_its_keys_at_the_provider(
             "POST", "/v1/sys/remount", json={"from": "dbc", "to": "dbc2"}
         )
         assert status == 200, body
-        assert await _keys(provider) == []
+        assert await provider_keys(provider) == []
         # The mount itself moved, with its configuration: it issues keys again.
         status, body = await c.request("GET", "/v1/dbc2/creds/proj")
         assert status == 200, body
-        assert len(await _keys(provider)) == 1
+        assert len(await provider_keys(provider)) == 1
     finally:
         await c.close()

@@ -58,10 +58,13 @@ def test_apply_token_input_validates_and_changes_only_what_is_given() -> None:
     current = TokenParams(token_ttl=60, token_policies=["a"])
     changes = apply_token_input(current, TokenInput(token_max_ttl=120, token_type="Service"))
     assert changes == {"token_max_ttl": 120, "token_type": "service"}
+    # Batch tokens (issue 21): a role or user may issue them.
+    assert apply_token_input(current, TokenInput(token_type="default-batch")) == {
+        "token_type": "default-batch"
+    }
     bad = [
         TokenInput(token_ttl=-1),
         TokenInput(token_num_uses=-2),
-        TokenInput(token_type="batch"),
         TokenInput(token_type="whatever"),
         TokenInput(token_bound_cidrs=["x"]),
         TokenInput(token_max_ttl=30),  # below the stored token_ttl of 60

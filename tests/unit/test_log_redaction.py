@@ -46,11 +46,18 @@ def test_a_traceback_shows_no_locals(captured: io.StringIO) -> None:
     assert "'x-nomad-token'" not in text and "management_token" not in text
 
 
-def test_stdlib_tracebacks_show_no_locals(captured: io.StringIO) -> None:
+def test_stdlib_tracebacks_show_no_locals(
+    captured: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Earlier tests in the session may have quietened aiohttp's logger; this one needs it.
+    server_log = logging.getLogger("aiohttp.server")
+    monkeypatch.setattr(server_log, "disabled", False)
+    monkeypatch.setattr(server_log, "propagate", True)
+    monkeypatch.setattr(server_log, "level", logging.NOTSET)
     try:
         _fail({"x-vault-token": ROOT_TOKEN})
     except ValueError:
-        logging.getLogger("aiohttp.server").exception("Error handling request")
+        server_log.exception("Error handling request")
     text = captured.getvalue()
     assert "the handler broke" in text and ROOT_TOKEN not in text
 

@@ -10,7 +10,7 @@ import time
 import msgspec
 import pytest
 
-from services.replication import activation, otp
+from services.replication import activation, otp, promote_key
 from services.replication.channel import fingerprint, new_identity
 from services.replication.modes import (
     DISABLED,
@@ -101,10 +101,16 @@ def test_attempt_completes_with_threshold_shares() -> None:
     with pytest.raises(ServiceError, match="already in progress"):
         _run(ops.start())
     for i, part in enumerate(parts[:2]):
-        rec, token = _run(ops.update(part.hex(), start["nonce"]))
-        assert rec["progress"] == i + 1 and not token and rec["complete"] is False
-    rec, token = _run(ops.update(base64.b64encode(parts[4]).decode(), start["nonce"]))
+        rec, token, wrapped = _run(ops.update(part.hex(), start["nonce"]))
+        assert rec["progress"] == i + 1 and not token and not wrapped and rec["complete"] is False
+    rec, token, wrapped = _run(ops.update(base64.b64encode(parts[4]).decode(), start["nonce"]))
     assert rec["complete"] is True and token.startswith("hvb.")
+    # The proven unseal key is kept only wrapped under the token (promote_key.py).
+    kek = shamir.combine(parts[:3])
+    assert kek not in wrapped
+    assert promote_key.unwrap(token, token_hash(token), wrapped) == kek
+    assert promote_key.unwrap(token + "x", token_hash(token), wrapped) is None
+    assert promote_key.unwrap(token, token_hash(token + "x"), wrapped) is None
     assert otp.decode(rec["encoded_token"], start["otp"]) == token
     assert ops.record()["started"] is False  # the attempt is over
     assert is_valid(token, [token_hash(token)]) and not is_valid(token + "x", [token_hash(token)])
@@ -147,8 +153,9 @@ def test_single_share_and_nothing_replicated() -> None:
     parts, read = _reader(1, 1)
     ops = OperationTokens(read)  # type: ignore[arg-type]
     start = _run(ops.start())
-    rec, token = _run(ops.update(parts[0].hex(), start["nonce"]))
+    rec, token, wrapped = _run(ops.update(parts[0].hex(), start["nonce"]))
     assert rec["complete"] and token
+    assert promote_key.unwrap(token, token_hash(token), wrapped) == parts[0]
 
     async def empty() -> tuple[None, None]:
         return None, None

@@ -16,8 +16,10 @@ from services.workspace import tfstate
 from services.workspace.jsonapi import ApiError
 from services.workspace.permissions import Caller
 from services.workspace.sealing import seal, unseal
+from shared.cluster_identity import ClusterIdentity
 from shared.datakeys import new_request, open_reply, seal_for
 from shared.replog import ApplyError
+from shared.service_identity import derive_service_key
 from tests.unit.test_workspace_state import Machine, m, ws  # noqa: F401 - the fixture
 
 LINEAGE = "8a5a1c5e-0000-4000-8000-000000000001"
@@ -96,11 +98,12 @@ def test_sealed_values_are_bound_to_their_owner() -> None:
 
 def test_data_key_transport() -> None:
     data_key = os.urandom(32)
-    private, req = new_request("workspace/state")
+    signer = derive_service_key(ClusterIdentity.from_seed(os.urandom(32)), "workspace")
+    private, req = new_request("workspace/state", signer, "c")
     reply = seal_for(req, data_key)
     assert data_key not in reply.sealed_key
     assert open_reply(private, req, reply) == data_key
-    other, _ = new_request("workspace/state")
+    other, _ = new_request("workspace/state", signer, "c")
     with pytest.raises(InvalidTag):
         open_reply(other, req, reply)  # only the requester's one-time key opens it
 

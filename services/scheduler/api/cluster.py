@@ -267,7 +267,7 @@ async def fail_deployment(ctx: ApiContext, req: Request, dep_id: str) -> Any:
         raise HttpError(404, "deployment not found")
     ctx.require_ns(req, dep["Namespace"], "submit-job")
     if dep["Status"] != "running":
-        raise bad(f'can\'t fail terminal deployment: status "{dep["Status"]}"')
+        raise bad("can't fail terminal deployment")  # Nomad's exact text
     index, result = await ctx.append(
         "deployment.status",
         {"id": dep_id, "status": "failed", "description": "Deployment marked as failed"},

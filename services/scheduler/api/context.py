@@ -10,9 +10,12 @@ import msgspec
 
 from services.scheduler.acl import Acl, acl_for
 from services.scheduler.api.http import HttpError, Request
+from services.scheduler.members import Membership
 from services.scheduler.state.fsm import SchedulerFSM
 from services.scheduler.state.tables import Tables
 from shared.replog import ApplyError, ReplicatedLog
+from shared.sealing import Keys
+from shared.service_identity import ServiceKey
 
 PERMISSION_DENIED = "Permission denied"
 TOKEN_NOT_FOUND = "ACL token not found"
@@ -29,6 +32,15 @@ class ApiContext:
     advertise: str = "127.0.0.1:4647"
     # The scheduler server's own data dir (its acl-bootstrap-reset file); "" for none.
     server_dir: str = ""
+    # The bus and cluster name, to ask a client node for an allocation's files (api/fs.py).
+    bus: Any = None
+    cluster: str = ""
+    # The scheduler's service key: signs its requests to client nodes (api/fs.py).
+    service_key: ServiceKey | None = None
+    # Data keys from the secrets barrier (Variables are sealed under them); None: unavailable.
+    keys: Keys | None = None
+    # The mesh's view of its scheduler servers (agent, status and raft endpoints).
+    members: Membership | None = None
 
     @property
     def t(self) -> Tables:

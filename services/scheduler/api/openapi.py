@@ -349,6 +349,12 @@ def _paths() -> dict[str, Any]:
         "/acl/policies": {"get": _op("aclPolicies", "list ACL policies", ANY_LIST)},
         "/acl/token/self": {"get": _op("aclTokenSelf", "the calling token")},
     }
+    from services.scheduler.api import openapi_day_two  # its paths use the helpers above
+
+    p.update(openapi_day_two.paths())
+    from services.scheduler.api import openapi_nomad  # issue 21: Variables, agent, ...
+
+    p.update(openapi_nomad.paths())
     return {"/v1" + path: item for path, item in p.items()}
 
 

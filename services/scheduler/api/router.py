@@ -9,7 +9,16 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from services.scheduler.api import acl_endpoints as acl
-from services.scheduler.api import cluster, jobs, openapi
+from services.scheduler.api import agent as agent_api
+from services.scheduler.api import cluster, events, fs, housekeeping, jobs, lifecycle, openapi
+from services.scheduler.api import deployment_ops as dep_ops
+from services.scheduler.api import metrics as metrics_api
+from services.scheduler.api import namespaces as ns_api
+from services.scheduler.api import scaling as scaling_api
+from services.scheduler.api import stats as stats_api
+from services.scheduler.api import status as status_api
+from services.scheduler.api import validate as validate_api
+from services.scheduler.api import variables as vars_api
 from services.scheduler.api.context import ApiContext
 from services.scheduler.api.http import HttpError, Request, error
 from shared.bus import CallContext
@@ -39,6 +48,65 @@ ROUTES: list[tuple[list[str], dict[str, Handler]]] = [
     (["job", ":id", "summary"], {"GET": jobs.summary}),
     (["job", ":id", "stable"], {"POST": jobs.stable, "PUT": jobs.stable}),
     (["job", ":id", "evaluate"], {"POST": jobs.evaluate, "PUT": jobs.evaluate}),
+    # day two (issue 17)
+    (["job", ":id", "plan"], {"POST": lifecycle.plan, "PUT": lifecycle.plan}),
+    (["job", ":id", "revert"], {"POST": lifecycle.revert, "PUT": lifecycle.revert}),
+    (
+        ["job", ":id", "scale"],
+        {"GET": lifecycle.scale_status, "POST": lifecycle.scale, "PUT": lifecycle.scale},
+    ),
+    (["job", ":id", "dispatch"], {"POST": lifecycle.dispatch, "PUT": lifecycle.dispatch}),
+    (
+        ["job", ":id", "periodic", "force"],
+        {"POST": lifecycle.periodic_force, "PUT": lifecycle.periodic_force},
+    ),
+    (["allocation", ":id", "stop"], {"POST": lifecycle.alloc_stop, "PUT": lifecycle.alloc_stop}),
+    (["node", ":id", "drain"], {"POST": housekeeping.node_drain, "PUT": housekeeping.node_drain}),
+    (["system", "gc"], {"PUT": housekeeping.system_gc, "POST": housekeeping.system_gc}),
+    (["search"], {"POST": housekeeping.search, "PUT": housekeeping.search}),
+    (["search", "fuzzy"], {"POST": housekeeping.fuzzy_search, "PUT": housekeeping.fuzzy_search}),
+    (["event", "stream"], {"GET": events.stream}),
+    (["client", "fs", "logs", ":id"], {"GET": fs.logs}),
+    (["client", "fs", "ls", ":id"], {"GET": fs.ls}),
+    (["client", "fs", "cat", ":id"], {"GET": fs.cat}),
+    (["client", "fs", "stat", ":id"], {"GET": fs.stat}),
+    (["client", "fs", "readat", ":id"], {"GET": fs.readat}),
+    (["client", "allocation", ":id", "restart"], {"POST": fs.restart, "PUT": fs.restart}),
+    (["client", "allocation", ":id", "signal"], {"POST": fs.signal, "PUT": fs.signal}),
+    # Nomad Variables, agent and housekeeping endpoints (issue 21)
+    (["vars"], {"GET": vars_api.list_vars}),
+    (
+        ["var", "*path"],
+        {m: vars_api.variable for m in ("GET", "PUT", "POST", "DELETE")},
+    ),
+    (["agent", "members"], {"GET": agent_api.members}),
+    (
+        ["agent", "servers"],
+        {"GET": agent_api.servers, "PUT": agent_api.servers, "POST": agent_api.servers},
+    ),
+    (["agent", "health"], {"GET": agent_api.health}),
+    (["agent", "join"], {"PUT": agent_api.join, "POST": agent_api.join}),
+    (["agent", "force-leave"], {"PUT": agent_api.force_leave, "POST": agent_api.force_leave}),
+    (["operator", "raft", "configuration"], {"GET": status_api.raft_configuration}),
+    (["validate", "job"], {"PUT": validate_api.validate_job, "POST": validate_api.validate_job}),
+    (["client", "stats"], {"GET": stats_api.client_stats}),
+    (["client", "allocation", ":id", "stats"], {"GET": stats_api.alloc_stats}),
+    (["client", "gc"], {m: stats_api.client_gc for m in ("GET", "PUT", "POST")}),
+    (
+        ["client", "allocation", ":id", "gc"],
+        {m: stats_api.alloc_gc for m in ("GET", "PUT", "POST")},
+    ),
+    (["deployment", "pause", ":id"], {"PUT": dep_ops.pause, "POST": dep_ops.pause}),
+    (
+        ["deployment", "allocation-health", ":id"],
+        {"PUT": dep_ops.allocation_health, "POST": dep_ops.allocation_health},
+    ),
+    (["scaling", "policies"], {"GET": scaling_api.list_policies}),
+    (["scaling", "policy", ":id"], {"GET": scaling_api.read_policy}),
+    (["namespaces"], {"GET": ns_api.list_namespaces}),
+    (["namespace"], {"PUT": ns_api.write, "POST": ns_api.write}),
+    (["namespace", ":name"], {m: ns_api.read for m in ("GET", "PUT", "POST", "DELETE")}),
+    (["metrics"], {"GET": metrics_api.metrics}),
     (["nodes"], {"GET": cluster.list_nodes}),
     (["node", ":id"], {"GET": cluster.read_node}),
     (["node", ":id", "allocations"], {"GET": cluster.node_allocations}),
@@ -62,8 +130,8 @@ ROUTES: list[tuple[list[str], dict[str, Handler]]] = [
         ["deployment", "fail", ":id"],
         {"POST": cluster.fail_deployment, "PUT": cluster.fail_deployment},
     ),
-    (["status", "leader"], {"GET": cluster.leader}),
-    (["status", "peers"], {"GET": cluster.peers}),
+    (["status", "leader"], {"GET": status_api.leader}),
+    (["status", "peers"], {"GET": status_api.peers}),
     (["regions"], {"GET": cluster.regions}),
     (["agent", "self"], {"GET": cluster.agent_self}),
     (["acl", "bootstrap"], {"POST": acl.bootstrap, "PUT": acl.bootstrap}),
@@ -83,9 +151,19 @@ ROUTES: list[tuple[list[str], dict[str, Handler]]] = [
 
 
 def match(segments: list[str]) -> tuple[dict[str, Handler], list[str]] | None:
-    """Literal segments win over placeholders (`/jobs/parse`, `/acl/token/self`)."""
+    """Literal segments win over placeholders (`/jobs/parse`, `/acl/token/self`). A last
+    pattern segment `*x` takes the rest of the path, one argument per segment (`/var/a/b`)."""
     best: tuple[int, dict[str, Handler], list[str]] | None = None
     for pattern, methods in ROUTES:
+        if pattern[-1].startswith("*") and len(segments) >= len(pattern):
+            segments_ = segments[: len(pattern) - 1]
+            if all(p.startswith(":") or p == s for p, s in zip(pattern, segments_, strict=False)):
+                literal = sum(1 for p in pattern[:-1] if not p.startswith(":"))
+                args = [s for p, s in zip(pattern, segments_, strict=False) if p.startswith(":")]
+                args += segments[len(pattern) - 1 :]
+                if best is None or literal > best[0]:
+                    best = (literal, methods, args)
+            continue
         if len(pattern) != len(segments):
             continue
         args: list[str] = []

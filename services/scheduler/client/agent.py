@@ -5,25 +5,34 @@ the node secrets it speaks for (a real node keeps its ID and secret in its data 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import os
 import platform
+import signal
 import socket
 import tempfile
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import structlog
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from services.scheduler import wire
-from services.scheduler.client import identity
+from services.scheduler import sealbox, wire
+from services.scheduler.client import fsops, identity, statsrpc
 from services.scheduler.client.allocrunner import AllocRunner
 from services.scheduler.client.drivers import Driver, MockDriver, RawExecDriver
 from services.scheduler.client.taskenv import JobInfo
+from shared import service_proof
+from shared.api_session import SessionClient
 from shared.bus import Bus
+from shared.cluster_identity import load_identity
 from shared.errors import ServiceError
 from shared.settings import Settings
+from shared.subjects import API_SCHEDULER
 
 log = structlog.get_logger("scheduler.client")
 
@@ -108,6 +117,15 @@ class ClientAgent:
     ) -> None:
         self.bus = bus
         self.cluster = settings.cluster_name
+        # Node secrets and job specs travel sealed to the scheduler replicas that prove the
+        # scheduler's certified key (shared/api_session.py, docs/bus-security.md).
+        cluster_public = load_identity(settings).public_key
+        self.rpc = SessionClient(
+            bus, self.cluster, "scheduler", API_SCHEDULER.on(self.cluster), cluster_public
+        )
+        self._fs_verifier = service_proof.Verifier(
+            cluster_public, self.cluster, "scheduler", wire.FS_PURPOSE
+        )
         self.cfg = node_config or NodeConfig()
         self.data_dir = self.cfg.data_dir or tempfile.mkdtemp(prefix="trellis-client-")
         os.makedirs(self.data_dir, mode=0o700, exist_ok=True)
@@ -154,12 +172,111 @@ class ClientAgent:
 
     async def start(self) -> None:
         await self.register()
+        if len(self.nodes) == 1:  # a real node serves its allocations' files
+            node_id = self.node_ids[0]
+            await self.bus.nc.subscribe(self._subject(f"{wire.NODE_FS}.{node_id}"), cb=self._on_fs)
+            await statsrpc.serve(self, node_id)  # host and allocation figures, client GC
         self._tasks = [
             asyncio.create_task(self._heartbeat_loop()),
             asyncio.create_task(self._poll_loop()),
             asyncio.create_task(self._flush_loop()),
         ]
         self.ready = True
+
+    async def _on_fs(self, msg: Any) -> None:
+        if not msg.reply:
+            return
+        node_id = self.node_ids[0]
+        reply = wire.FsReply(node_id=node_id, secret=self.secrets[node_id])
+        try:
+            req = msgspec.msgpack.decode(msg.data, type=wire.FsRequest)
+            # Only a genuine scheduler replica may read files or restart and signal tasks;
+            # anyone else gets no answer at all (shared/service_proof.py).
+            self._fs_verifier.check(req.proof, wire.fs_signed_bytes(node_id, req))
+        except (msgspec.DecodeError, service_proof.NotProven) as exc:
+            log.warning("fs request refused", reason=str(exc))
+            return
+        try:
+            if req.op in ("restart", "signal"):
+                await self._lifecycle(req)
+            else:
+                await asyncio.to_thread(self._fs, req, reply)
+        except fsops.FsError as exc:
+            reply.code, reply.error = exc.code, exc.message
+        except OSError as exc:
+            reply.code, reply.error = 500, f"file system error: {exc.strerror}"
+        try:  # the whole answer, sealed to the scheduler's one-time key
+            box = sealbox.seal(req.reader_public, msgspec.msgpack.encode(reply), node_id.encode())
+        except sealbox.SealError:
+            return
+        outer = wire.FsReply(node_id=node_id, secret="", sealed=box)
+        with contextlib.suppress(Exception):
+            await self.bus.nc.publish(msg.reply, msgspec.msgpack.encode(outer))
+
+    async def fetch_secrets(self, alloc_id: str, task: str, paths: list[str]) -> dict[str, Any]:
+        """A task's token and the secrets its templates read, from the scheduler, sealed to a
+        key that lives only for this call."""
+        runner = self.runners.get(alloc_id)
+        node_id = runner.alloc["NodeID"] if runner is not None else self.node_ids[0]
+        key = X25519PrivateKey.generate()
+        reply = await self.rpc.request(
+            self._subject(wire.TASK_SECRETS),
+            wire.TaskSecretsRequest(
+                node_id=node_id,
+                secret=self.secrets[node_id],
+                alloc_id=alloc_id,
+                task=task,
+                reader_public=key.public_key().public_bytes_raw(),
+                paths=paths,
+            ),
+            wire.TaskSecretsReply,
+            channel=wire.TASK_SECRETS,
+            timeout=30.0,
+        )
+        try:
+            plain = sealbox.open_sealed(key, reply.sealed, f"{alloc_id}/{task}".encode())
+        except sealbox.SealError as exc:
+            raise ServiceError(502, f"task secrets: {exc}") from None
+        return msgspec.json.decode(plain)
+
+    async def _lifecycle(self, req: wire.FsRequest) -> None:
+        """Restart or signal an allocation's tasks (one task when named), in place."""
+        runner = self.runners.get(req.alloc_id)
+        if runner is None or runner.stopping:
+            raise fsops.FsError(404, f"unknown allocation ID {req.alloc_id!r}")
+        if req.task and req.task not in runner.tasks:
+            raise fsops.FsError(400, f"Failed to {req.op} task: unknown task {req.task!r}")
+        targets = [runner.tasks[req.task]] if req.task else list(runner.tasks.values())
+        if req.op == "signal":
+            name = req.signal or "SIGKILL"
+            if not name.startswith("SIG") or not hasattr(signal, name):
+                raise fsops.FsError(400, f'Failed to signal task: unknown signal "{name}"')
+            done = [tr.signal(name) for tr in targets]
+        else:
+            done = await asyncio.gather(*(tr.restart() for tr in targets))
+        if not any(done):
+            raise fsops.FsError(400, f"Task not running: nothing to {req.op}")
+
+    def _fs(self, req: wire.FsRequest, reply: wire.FsReply) -> None:
+        runner = self.runners.get(req.alloc_id)
+        alloc_dir = os.path.join(self.data_dir, "alloc", req.alloc_id)
+        if not os.path.isdir(alloc_dir):
+            raise fsops.FsError(404, f"unknown allocation ID {req.alloc_id!r}")
+        if req.op == "ls":
+            reply.files = fsops.ls(alloc_dir, req.path)
+        elif req.op == "stat":
+            reply.files = [fsops.stat(alloc_dir, req.path)]
+        elif req.op == "readat":
+            reply.data = fsops.read_at(alloc_dir, req.path, req.offset, req.limit)
+        elif req.op == "logs":
+            reply.frames = fsops.read_logs(
+                alloc_dir, req.task, req.stream, req.origin, req.offset, req.limit
+            )
+            reply.total = fsops.logs_size(alloc_dir, req.task, req.stream)
+            tr = runner.tasks.get(req.task) if runner is not None else None
+            reply.task_dead = tr is None or tr.dead
+        else:
+            raise fsops.FsError(400, f"unknown fs operation {req.op!r}")
 
     def _secrets_for(self, node_ids: Any) -> dict[str, str]:
         return {n: self.secrets[n] for n in node_ids if n in self.secrets}
@@ -168,10 +285,11 @@ class ClientAgent:
         nodes = [{**n, "SecretID": self.secrets[nid]} for nid, n in self.nodes.items()]
         for i in range(0, len(nodes), 200):
             reply = await self._retry(
-                lambda chunk=nodes[i : i + 200]: self.bus.request(
+                lambda chunk=nodes[i : i + 200]: self.rpc.request(
                     self._subject(wire.NODE_REGISTER),
                     wire.NodeRegister(nodes=chunk),
                     wire.NodeRegistered,
+                    channel=wire.NODE_REGISTER,
                     timeout=15.0,
                 )
             )
@@ -195,21 +313,23 @@ class ClientAgent:
                 for i in range(0, len(ids), 2000):
                     with contextlib.suppress(Exception):
                         chunk = ids[i : i + 2000]
-                        await self.bus.publish(
+                        await self.rpc.publish(
                             self._subject(wire.HEARTBEAT),
                             wire.Heartbeat(node_ids=chunk, secrets=self._secrets_for(chunk)),
+                            channel=wire.HEARTBEAT,
                         )
             await asyncio.sleep(max(self.heartbeat_ttl / 4, 0.05))
 
     async def _poll_loop(self) -> None:
         while not self._stopping:
             try:
-                reply = await self.bus.request(
+                reply = await self.rpc.request(
                     self._subject(wire.NODE_ALLOCS),
                     wire.NodeAllocs(
                         node_ids=self.node_ids, index=self.index, wait=10.0, secrets=self.secrets
                     ),
                     wire.NodeAllocsReply,
+                    channel=wire.NODE_ALLOCS,
                     timeout=20.0,
                 )
             except ServiceError as exc:
@@ -256,7 +376,9 @@ class ClientAgent:
                     parent_id=str(info.get("ParentID") or ""),
                     region=str(info.get("Region") or "global"),
                     meta=info.get("Meta") or {},
+                    payload=_payload(info.get("Payload")),
                 ),
+                fetch=self.fetch_secrets,
             )
             self.runners[alloc["ID"]] = runner
             runner.start()
@@ -291,10 +413,11 @@ class ClientAgent:
                 self.runners[u["ID"]].alloc["NodeID"] for u in chunk if u["ID"] in self.runners
             }
             try:
-                await self.bus.request(
+                await self.rpc.request(
                     self._subject(wire.ALLOC_UPDATE),
                     wire.AllocUpdate(updates=chunk, secrets=self._secrets_for(nodes)),
                     wire.Ok,
+                    channel=wire.ALLOC_UPDATE,
                     timeout=15.0,
                 )
             except ServiceError as exc:
@@ -324,6 +447,15 @@ class ClientAgent:
                 await self.flush()
         else:
             self._pending.clear()
+
+
+def _payload(raw: Any) -> bytes:
+    if not isinstance(raw, str) or not raw:
+        return b""
+    try:
+        return base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError):
+        return b""  # the scheduler checked it at dispatch: nothing else to write
 
 
 async def run_client(

@@ -28,6 +28,7 @@ class AllocRunner:
         data_dir: str,
         on_update: Callable[[str, dict[str, Any]], None],
         job: JobInfo | None = None,
+        fetch: Any = None,
     ) -> None:
         self.alloc = alloc
         self.group = group
@@ -56,6 +57,9 @@ class AllocRunner:
                 env=env,
                 dirs=dirs,
                 on_change=self._changed,
+                payload=self.job.payload,
+                fetch=fetch,
+                alloc_id=alloc["ID"],
             )
 
     def _shared_owner(self) -> RunAs | None:

@@ -52,6 +52,7 @@ class JobInfo:
     parent_id: str = ""
     region: str = "global"
     meta: dict[str, str] | None = None
+    payload: bytes = b""  # a dispatched job's payload, for each task's dispatch_payload file
 
 
 def clean_env_key(key: str) -> str:

@@ -5,16 +5,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Callable
 from typing import Any
 
+import structlog
+
 from services.scheduler.client import events as ev
 from services.scheduler.client.drivers import Driver, DriverError, ExitResult, TaskHandle
+from services.scheduler.client.secrets_hook import Fetch, SecretsError, SecretsHook, needs_hook
 from services.scheduler.client.taskdir import RunAs, UserError, build_task_dir, resolve_user
 from services.scheduler.client.taskenv import TaskDirs
+from shared.errors import ServiceError
+
+log = structlog.get_logger("scheduler.client.task")
+
+
+def template_poll() -> float:
+    """Seconds between reads of a template's secrets (TRELLIS_TEMPLATE_POLL_INTERVAL)."""
+    try:
+        return max(0.2, float(os.environ.get("TRELLIS_TEMPLATE_POLL_INTERVAL", "3")))
+    except ValueError:
+        return 3.0
+
 
 MAX_EVENTS = 10  # Nomad keeps the last 10 events per task
+USER = "User requested restart"
 
 
 class TaskRunner:
@@ -28,8 +45,16 @@ class TaskRunner:
         env: dict[str, str],
         dirs: TaskDirs,
         on_change: Callable[[], None],
+        payload: bytes = b"",
+        fetch: Fetch | None = None,
+        alloc_id: str = "",
     ) -> None:
         self.task = task
+        self.payload = payload
+        self.fetch = fetch
+        self.alloc_id = alloc_id
+        self.hook: SecretsHook | None = None
+        self._watch: asyncio.Task[None] | None = None
         self.driver = driver
         self.batch = batch
         self.config = config
@@ -43,6 +68,7 @@ class TaskRunner:
         self._kill = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._restart_times: list[float] = []
+        self._restart_asked = False
 
     def emit(self, e: dict[str, Any]) -> None:
         self.state["Events"] = [*self.state["Events"], e][-MAX_EVENTS:]
@@ -51,6 +77,23 @@ class TaskRunner:
     def start(self) -> None:
         self.emit(ev.event(*ev.RECEIVED))
         self._task = asyncio.create_task(self._run())
+        self._task.add_done_callback(self._after_run)
+
+    def _after_run(self, task: asyncio.Task[None]) -> None:
+        """A bug in the runner must fail the task, never leave it pending for ever."""
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        log.error("task runner failed", task=self.task.get("Name"), exc_info=exc)
+        self.emit(
+            ev.event(
+                "Driver Failure",
+                f"task runner failed: {type(exc).__name__}",
+                driver_error=type(exc).__name__,
+                fails_task=True,
+            )
+        )
+        self._finish(failed=True)
 
     @property
     def dead(self) -> bool:
@@ -63,6 +106,7 @@ class TaskRunner:
         try:
             self.run_as = resolve_user(str(self.task.get("User") or ""))
             build_task_dir(self.dirs, self.run_as)
+            self._write_payload()
         except (UserError, OSError) as exc:
             msg = str(exc) if isinstance(exc, UserError) else f"{exc.strerror}: {exc.filename}"
             self.emit(
@@ -76,9 +120,81 @@ class TaskRunner:
             return False
         return True
 
+    async def _secrets(self) -> bool:
+        """Token and templates before the first start; then a watcher for changes."""
+        if not needs_hook(self.task) or not getattr(self.driver, "needs_dirs", False):
+            return True
+        if self.fetch is None:
+            return self._secrets_failed("the client cannot reach the scheduler for secrets")
+        try:
+            self.hook = SecretsHook(
+                self.task,
+                self.task_dir,
+                self.fetch,
+                self.alloc_id,
+                self.run_as.uid,
+                self.run_as.gid,
+            )
+            self.env.update(await self.hook.prestart(self.env))
+        except (SecretsError, ServiceError, OSError) as exc:
+            msg = exc.message if isinstance(exc, ServiceError) else str(exc)
+            return self._secrets_failed(msg)
+        self._watch = asyncio.create_task(self._watch_secrets())
+        return True
+
+    def _secrets_failed(self, msg: str) -> bool:
+        self.emit(
+            ev.event(
+                "Setup Failure", f"failed to setup task: {msg}", setup_error=msg, fails_task=True
+            )
+        )
+        return False
+
+    async def _watch_secrets(self) -> None:
+        assert self.hook is not None
+        while not self._kill.is_set() and not self.dead:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kill.wait(), template_poll())
+            if self._kill.is_set() or self.dead:
+                return
+            try:
+                changed = await self.hook.poll(self.env)
+            except Exception as exc:  # the secrets service is away: keep the old rendering
+                log.warning("template refresh failed", task=self.task.get("Name"), error=str(exc))
+                continue
+            if not changed:
+                continue
+            for t in changed:
+                if t.env:
+                    self.env.update(self.hook.env_from(self.hook.rendered))
+            modes = {t.change_mode for t in changed}
+            self.emit(ev.event("Template", "Template re-rendered"))
+            if "restart" in modes:
+                await self.restart()
+            elif "signal" in modes:
+                for t in changed:
+                    if t.change_mode == "signal":
+                        self.signal(t.change_signal or "SIGHUP")
+
+    def _write_payload(self) -> None:
+        """A dispatched job's payload into local/<dispatch_payload.file> (0600, the task's)."""
+        name = str((self.task.get("DispatchPayload") or {}).get("File") or "")
+        if not name or not self.payload:
+            return
+        rel = os.path.normpath(name)
+        if rel.startswith("..") or os.path.isabs(rel):
+            raise UserError(f"dispatch_payload file {name!r} escapes the task's local dir")
+        path = os.path.join(self.dirs.local, rel)
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(self.payload)
+        if self.run_as.uid is not None:
+            os.chown(path, self.run_as.uid, self.run_as.gid if self.run_as.gid is not None else -1)
+
     async def _run(self) -> None:
         self.emit(ev.event(*ev.SETUP))
-        if not self._setup():
+        if not self._setup() or not await self._secrets():
             self._finish(failed=True)
             return
         policy = self.task.get("RestartPolicy") or {}
@@ -86,6 +202,13 @@ class TaskRunner:
             result = await self._attempt()
             if self._kill.is_set() or result is None:
                 break
+            if self._restart_asked:
+                # A user restart is not a failure: no restart-policy accounting, no delay.
+                self._restart_asked = False
+                self.state["Restarts"] += 1
+                self.state["LastRestart"] = ev.rfc3339()
+                self.emit(ev.event("Restarting", "Task restarting in 0s", restart_reason=USER))
+                continue
             if self.batch and result.successful:
                 self._finish(failed=False)
                 return
@@ -155,10 +278,31 @@ class TaskRunner:
         self.state["FinishedAt"] = ev.rfc3339()
         self.on_change()
 
+    async def restart(self) -> bool:
+        """Nomad's alloc restart: stop the running process and start it again in place."""
+        if self.dead or self.handle is None or self.state["State"] != "running":
+            return False
+        self._restart_asked = True
+        self.emit(ev.event("Restart Signaled", USER))
+        timeout = int(self.task.get("KillTimeout") or 5_000_000_000) / 1e9
+        await self.handle.kill(self.task.get("KillSignal") or "SIGTERM", timeout)
+        return True
+
+    def signal(self, name: str) -> bool:
+        """Send `name` to the running task (raw_exec: its process group)."""
+        send = getattr(self.handle, "signal", None)
+        if self.dead or send is None or self.state["State"] != "running":
+            return False
+        self.emit(ev.event("Signaling", f"Task being sent signal {name}", task_signal=name))
+        send(name)
+        return True
+
     async def kill(self, reason: str = "") -> None:
         if self.dead:
             return
         self._kill.set()
+        if self._watch is not None:
+            self._watch.cancel()
         timeout = int(self.task.get("KillTimeout") or 5_000_000_000) / 1e9
         self.emit(
             ev.event(

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from shared import jsonbody
+
 
 class HclError(ValueError):
     """A diagnostic in Nomad's words (summary; detail)."""
@@ -686,7 +688,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "keys": lambda m: sorted(m),
     "values": lambda m: [m[k] for k in sorted(m)],
     "jsonencode": lambda v: json.dumps(v, separators=(",", ":")),
-    "jsondecode": json.loads,
+    "jsondecode": lambda text: jsonbody.loads(text, wide_ints="reject"),  # the body policy
     "range": lambda *a: list(range(*(int(x) for x in a))),
     "element": lambda lst, i: lst[int(i) % len(lst)],
     "substr": lambda s, off, n: s[int(off) : None if int(n) < 0 else int(off) + int(n)],

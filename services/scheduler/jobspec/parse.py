@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +11,7 @@ from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, Unex
 
 from services.scheduler.jobspec.decode import attrs, blocks, decode, is_block_list
 from services.scheduler.jobspec.hclexpr import Evaluator, HclError, Parser
+from shared import jsonbody
 
 INPUT = "input.hcl"
 VARFILE = "variables.hcl"
@@ -148,12 +148,13 @@ def _var_file(content: str) -> dict[str, Any]:
     if not text:
         return {}
     if text.startswith("{"):
+        # JSON variables obey the request body policy (a var file in HCL never starts with "{").
         try:
-            data = json.loads(text)
-            if isinstance(data, dict):
-                return data
-        except ValueError:
-            pass
+            data = jsonbody.loads(text, wide_ints="reject")
+        except jsonbody.BodyError as exc:
+            raise JobParseError(f"{VARFILE}: invalid JSON: {exc.detail}") from None
+        if isinstance(data, dict):
+            return data
     ev = Evaluator({})
     loaded = _load(content, VARFILE)
     out: dict[str, Any] = {}

@@ -20,6 +20,7 @@ CHUNK = 256  # placements between yields to the event loop
 LOST = "alloc is lost since its node is down"
 UPDATING = "alloc is being updated due to job update"
 RESCHEDULED = "alloc was rescheduled because it failed"
+MIGRATING = "alloc is being migrated"
 _INDEX = re.compile(r"\[(\d+)\]$")
 
 # Group fields whose change does not need new allocations (Nomad updates those in place).
@@ -235,6 +236,11 @@ class GenericScheduler(BaseScheduler):
                     )
                     delay = 0
                     replacements.append((a, tracker_with(a, self.now, delay)))
+                elif (a.get("DesiredTransition") or {}).get("Migrate"):
+                    # Stopped by the user or drained off its node: replaced, same name.
+                    plan.stop.append({"ID": a["ID"], "DesiredDescription": MIGRATING})
+                    placer.release(a)
+                    replacements.append((a, None))
                 else:
                     untainted.append(a)
                 continue

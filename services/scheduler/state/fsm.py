@@ -16,6 +16,8 @@ import msgspec
 from services.scheduler import acl_bootstrap, nodeauth
 from services.scheduler.admit import spec_changed
 from services.scheduler.placement.resources import Res, alloc_res, node_capacity
+from services.scheduler.state import lifecycle
+from services.scheduler.state.events import EventRing
 from services.scheduler.state.tables import (
     TERMINAL_EVAL,
     TRACKED_SUBMISSIONS,
@@ -25,6 +27,7 @@ from services.scheduler.state.tables import (
     client_terminal,
     jkey,
 )
+from services.scheduler.variables import apply as variables_apply
 from shared.replog import ApplyError, LogEntry
 
 ENFORCE = "Enforcing job modify index"
@@ -105,8 +108,16 @@ class SchedulerFSM:
             "acl.policy.delete": self._acl_policy_delete,
             "acl.token.upsert": self._acl_token_upsert,
             "acl.token.delete": self._acl_token_delete,
+            "var.apply": lambda i, e, p: variables_apply.apply_variable(self.t, i, e, p),
+            "namespace.apply": lambda i, e, p: variables_apply.apply_namespace(self.t, i, e, p),
+            "job.scale": lambda i, e, p: lifecycle.job_scale(self, i, e, p),
+            "alloc.transition": lambda i, e, p: lifecycle.alloc_transition(self, i, e, p),
+            "node.drain": lambda i, e, p: lifecycle.node_drain(self, i, e, p),
+            "gc.apply": lambda i, e, p: lifecycle.gc_apply(self, i, e, p),
+            "periodic.launch": lambda i, e, p: lifecycle.periodic_launch(self, i, e, p),
         }
         self._touched: set[str] = set()
+        self.events = EventRing()
 
     # -- StateMachine protocol
 
@@ -116,12 +127,28 @@ class SchedulerFSM:
             raise ApplyError(400, f"unknown log entry type {entry.type!r}")
         payload = msgspec.msgpack.decode(entry.payload)
         self._touched = set()
+        self.t.changes = []
         result = handler(index, entry, payload)
         for key in self._touched:
             self._refresh_job_status(index, key)
+        self._record_events(index, entry.type)
         for cb in self.on_apply:
             cb(index)
         return result
+
+    def _record_events(self, index: int, kind: str) -> None:
+        changes = self.t.changes
+        self.t.changes = []
+        for key in sorted(self._touched):
+            job = self.t.jobs.get(key)
+            if job is not None and job.get("ModifyIndex") == index:
+                changes.append(("Job", job))
+            elif job is None and kind in ("job.deregister", "gc.apply"):
+                ns, _, job_id = key.partition("\x00")
+                changes.append(("Job", {"ID": job_id, "Namespace": ns}))
+        if self.t.index["nodes"] == index:
+            changes += [("Node", n) for n in self.t.nodes.values() if n.get("ModifyIndex") == index]
+        self.events.add(index, kind, changes)
 
     def snapshot(self) -> bytes:
         return self.t.dump()
@@ -273,6 +300,9 @@ class SchedulerFSM:
         else:
             job = existing
         self._touched.add(key)
+        launch = p.get("launch")
+        if launch:
+            self.t.periodic_launch[launch["key"]] = int(launch["time"])
         out = {
             "EvalID": "",
             "EvalCreateIndex": 0,
@@ -295,6 +325,7 @@ class SchedulerFSM:
             del self.t.jobs[key]
             self.t.versions.pop(key, None)
             self.t.submissions.pop(key, None)
+            self.t.scaling_events.pop(key, None)
             job = existing
             self._bump(index, "jobs", "job_version")
         else:
@@ -583,7 +614,7 @@ class SchedulerFSM:
         if dep is None:
             raise ApplyError(404, "deployment not found")
         if dep["Status"] != "running":
-            raise ApplyError(400, f'can\'t promote terminal deployment: status "{dep["Status"]}"')
+            raise ApplyError(400, "can't promote terminal deployment")  # Nomad's exact text
         dep = copy.deepcopy(dep)
         groups = p.get("groups") or list(dep["TaskGroups"])
         for name in groups:

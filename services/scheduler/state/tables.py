@@ -46,6 +46,15 @@ class Tables:
         self.acl_policies: dict[str, dict[str, Any]] = {}
         self.acl_tokens: dict[str, dict[str, Any]] = {}  # by AccessorID
         self.acl_bootstrap_index = 0
+        # Nomad Variables by "<ns>\x00<path>" (values sealed); namespaces by name
+        self.variables: dict[str, dict[str, Any]] = {}
+        self.namespaces: dict[str, dict[str, Any]] = {}
+        # job key -> {group: [scaling events, newest last]}
+        self.scaling_events: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        # parent job key -> unix ns of its last periodic launch
+        self.periodic_launch: dict[str, int] = {}
+        # What the entry being applied changed, for the event stream (state/events.py).
+        self.changes: list[tuple[str, dict[str, Any]]] = []
         self.index: dict[str, int] = defaultdict(int)
         self._rebuild()
 
@@ -101,17 +110,71 @@ class Tables:
         old = self.allocs.get(alloc["ID"])
         self.allocs[alloc["ID"]] = alloc
         self._index_alloc(old, alloc)
+        self.changes.append(("Allocation", alloc))
 
     def put_eval(self, ev: dict[str, Any]) -> None:
         old = self.evals.get(ev["ID"])
         self.evals[ev["ID"]] = ev
         self._index_eval(old, ev)
+        self.changes.append(("Evaluation", ev))
 
     def put_deployment(self, dep: dict[str, Any]) -> None:
         self.deployments[dep["ID"]] = dep
+        self.changes.append(("Deployment", dep))
         self.deps_by_job[jkey(dep["Namespace"], dep["JobID"])].add(dep["ID"])
 
+    # -- removals (garbage collection)
+
+    def drop_alloc(self, alloc_id: str) -> None:
+        a = self.allocs.pop(alloc_id, None)
+        if a is None:
+            return
+        key = jkey(a["Namespace"], a["JobID"])
+        self.allocs_by_job.get(key, set()).discard(alloc_id)
+        self.allocs_by_node.get(a["NodeID"], set()).discard(alloc_id)
+        self.allocs_by_eval.get(a.get("EvalID", ""), set()).discard(alloc_id)
+        bins = self.summary.get(key, {}).get(a["TaskGroup"])
+        if bins is not None:
+            bins[SUMMARY_BIN.get(a["ClientStatus"], "Unknown")] -= 1
+        if not alloc_terminal(a):
+            self.live_allocs[key] -= 1
+
+    def drop_eval(self, eval_id: str) -> None:
+        ev = self.evals.pop(eval_id, None)
+        if ev is None:
+            return
+        key = jkey(ev["Namespace"], ev["JobID"])
+        self.evals_by_job.get(key, set()).discard(eval_id)
+        if ev["Status"] not in TERMINAL_EVAL:
+            self.live_evals[key] -= 1
+
+    def drop_deployment(self, dep_id: str) -> None:
+        dep = self.deployments.pop(dep_id, None)
+        if dep is not None:
+            self.deps_by_job.get(jkey(dep["Namespace"], dep["JobID"]), set()).discard(dep_id)
+
+    def drop_job(self, key: str) -> None:
+        self.jobs.pop(key, None)
+        self.versions.pop(key, None)
+        self.submissions.pop(key, None)
+        self.scaling_events.pop(key, None)
+        self.periodic_launch.pop(key, None)
+        for idx in (self.allocs_by_job, self.evals_by_job, self.deps_by_job, self.summary):
+            if not idx.get(key):
+                idx.pop(key, None)  # type: ignore[attr-defined]
+        if not self.live_allocs.get(key):
+            self.live_allocs.pop(key, None)
+        if not self.live_evals.get(key):
+            self.live_evals.pop(key, None)
+
     # -- reads
+
+    def children(self, namespace: str, parent_id: str) -> list[dict[str, Any]]:
+        return [
+            j
+            for j in self.jobs.values()
+            if j.get("ParentID") == parent_id and j["Namespace"] == namespace
+        ]
 
     def job_allocs(self, namespace: str, job_id: str) -> list[dict[str, Any]]:
         return [self.allocs[i] for i in self.allocs_by_job.get(jkey(namespace, job_id), ())]
@@ -157,12 +220,24 @@ class Tables:
             "JobID": job_id,
             "Namespace": namespace,
             "Summary": out,
-            "Children": {"Pending": 0, "Running": 0, "Dead": 0},
+            "Children": self._children_summary(namespace, job_id, job),
             "CreateIndex": (job or {}).get("CreateIndex", 0),
             "ModifyIndex": max(
                 (job or {}).get("ModifyIndex", 0), (job or {}).get("_SummaryIndex", 0)
             ),
         }
+
+    def _children_summary(
+        self, namespace: str, job_id: str, job: dict[str, Any] | None
+    ) -> dict[str, int]:
+        out = {"Pending": 0, "Running": 0, "Dead": 0}
+        if job is None or not (job.get("Periodic") or job.get("ParameterizedJob")):
+            return out
+        for child in self.children(namespace, job_id):
+            status = str(child.get("Status") or "pending").capitalize()
+            if status in out:
+                out[status] += 1
+        return out
 
     # -- snapshots
 
@@ -177,6 +252,10 @@ class Tables:
         "acl_policies",
         "acl_tokens",
         "acl_bootstrap_index",
+        "variables",
+        "namespaces",
+        "scaling_events",
+        "periodic_launch",
     )
 
     def dump(self) -> bytes:

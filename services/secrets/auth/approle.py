@@ -13,7 +13,6 @@ secret id with N uses gives N logins across all replicas, never more.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import time
 import uuid
@@ -39,6 +38,7 @@ from services.secrets.framework.backend import Backend
 from services.secrets.framework.fields import CommaList, Duration, desc
 from services.secrets.framework.path import NoFields, Op, Operation, Path, write
 from services.secrets.framework.request import Request, Response
+from shared import jsonbody
 from shared.storage import CasConflict
 
 INVALID_LOGIN = "invalid role or secret ID"
@@ -147,7 +147,7 @@ def _metadata(raw: str | dict[str, Any] | None) -> dict[str, str]:
         return {}
     if isinstance(raw, str):
         try:
-            raw = json.loads(raw)
+            raw = jsonbody.loads(raw)
         except ValueError:
             raise bad_request("failed to parse metadata: not a JSON object") from None
     if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):

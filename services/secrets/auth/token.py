@@ -34,7 +34,7 @@ class CreateFields(msgspec.Struct, kw_only=True):
     no_default_policy: bool = False
     renewable: bool = True
     ttl: Duration = 0
-    type: str = "service"
+    type: Annotated[str, desc("service or batch; empty: the role's or service")] = ""
     explicit_max_ttl: Duration = 0
     display_name: str = ""
     num_uses: int = 0
@@ -72,7 +72,7 @@ class RoleFields(msgspec.Struct, kw_only=True):
     period: Duration = 0
     token_explicit_max_ttl: Duration = 0
     explicit_max_ttl: Duration = 0
-    token_type: str = "service"
+    token_type: str = "default-service"
     token_no_default_policy: bool = False
     token_num_uses: int = 0
     token_ttl: Duration = 0
@@ -88,6 +88,28 @@ def _ts(value: float) -> str | None:
     if not value:
         return None
     return datetime.fromtimestamp(value, UTC).isoformat().replace("+00:00", "Z")
+
+
+ROLE_TOKEN_TYPES = ("service", "batch", "default", "default-service", "default-batch")
+
+
+def token_kind(requested: str, role_kind: str | None) -> str:
+    """service or batch, from the request's `type` and a role's `token_type` (Vault's rules:
+    a role's plain type is fixed, its default-* type is only a default)."""
+    want = requested.strip().lower()
+    if want in ("", "default"):
+        want = ""
+    elif want not in ("service", "batch"):
+        raise bad_request("invalid 'token_type' value")
+    fixed = role_kind if role_kind in ("service", "batch") else ""
+    if fixed:
+        if want and want != fixed:
+            raise bad_request(
+                f"a {want!r} token was requested but the role only issues {fixed!r} tokens"
+            )
+        return fixed
+    default = "batch" if role_kind == "default-batch" else "service"
+    return want or default
 
 
 def lookup_data(entry: TokenEntry, *, include_id: bool) -> dict[str, Any]:
@@ -136,8 +158,16 @@ class TokenBackend(Backend):
     ) -> Response:
         parent = await self._caller(req)
         is_root = parent.is_root()
-        if f.type not in ("service", "default", ""):
-            raise bad_request(f"token type {f.type!r} is not supported; use 'service'")
+        kind = token_kind(f.type, role.token_type if role else None)
+        if parent.type == "batch" and not (orphan or f.no_parent or (role and role.orphan)):
+            raise bad_request("batch tokens cannot create more tokens")
+        if kind == "batch":
+            if f.period or (role and (role.token_period or role.period)):
+                raise bad_request('batch tokens cannot have "period" set')
+            if f.num_uses or (role and role.token_num_uses):
+                raise bad_request('batch tokens cannot have "num_uses" set')
+            if f.id:
+                raise bad_request("batch tokens cannot have a custom id")
         if f.num_uses < 0:
             raise bad_request("number of uses cannot be negative")
         privileged = is_root or "sudo" in req.capabilities
@@ -210,6 +240,8 @@ class TokenBackend(Backend):
                     f'"{_short(max_ttl)}"; TTL value is capped accordingly'
                 )
             ttl = min(ttl, max_ttl) if not explicit_max else ttl
+        if kind == "batch" and "root" in policies:
+            raise bad_request("batch tokens cannot be root tokens")
         display = f.display_name.strip().lower().replace(" ", "-")
         entry = TokenEntry(
             id=f.id or self._store().new_id(req.namespace),
@@ -230,7 +262,10 @@ class TokenBackend(Backend):
             role=role.role_name if role else "",
         )
         try:
-            await self._store().create(entry)
+            if kind == "batch":
+                await self._store().create_batch(entry)
+            else:
+                await self._store().create(entry)
         except Exception as exc:
             if f.id:
                 raise bad_request("a token with that id already exists") from exc
@@ -270,6 +305,8 @@ class TokenBackend(Backend):
         async def _renew(req: Request, entry: TokenEntry | None, increment: int) -> Response:
             if entry is None:
                 raise bad_request("token not found")
+            if entry.type == "batch":
+                raise bad_request("batch tokens cannot be renewed")
             if not entry.renewable:
                 raise bad_request("lease is not renewable")
             if not entry.ttl and not entry.period:
@@ -290,14 +327,19 @@ class TokenBackend(Backend):
             entry = await self._store().lookup_accessor(f.accessor, req.namespace.id)
             return await _renew(req, entry, f.increment)
 
+        def revocable(entry: TokenEntry) -> TokenEntry:
+            if entry.type == "batch":
+                raise bad_request("batch tokens cannot be revoked")
+            return entry
+
         async def revoke(req: Request, f: TokenField) -> Response:
             entry = await self._store().lookup(f.token)
             if entry is not None:
-                await self._store().revoke_tree(entry)
+                await self._store().revoke_tree(revocable(entry))
             return Response()
 
         async def revoke_self(req: Request, _: Any) -> Response:
-            await self._store().revoke_tree(await self._caller(req))
+            await self._store().revoke_tree(revocable(await self._caller(req)))
             return Response()
 
         async def revoke_accessor(req: Request, f: AccessorField) -> Response:
@@ -314,7 +356,7 @@ class TokenBackend(Backend):
                 raise permission_denied()
             entry = await self._store().lookup(f.token)
             if entry is not None:
-                await self._store().revoke_orphan(entry)
+                await self._store().revoke_orphan(revocable(entry))
             return Response()
 
         async def accessors(req: Request, _: NoFields) -> Response:
@@ -338,8 +380,11 @@ class TokenBackend(Backend):
             return Response(data=data)
 
         async def role_write(req: Request, f: RoleFields) -> Response:
-            if f.token_type not in ("service", "default", ""):
-                raise bad_request(f"token type {f.token_type!r} is not supported")
+            f.token_type = f.token_type.strip().lower() or "default-service"
+            if f.token_type not in ROLE_TOKEN_TYPES:
+                raise bad_request("invalid 'token_type' value")
+            if f.token_type == "default":
+                f.token_type = "default-service"
             await self.storage.put_obj(f"roles/{f.role_name}", f)
             return Response()
 

@@ -13,7 +13,7 @@ from services.secrets.framework.fields import CommaList, Duration, desc
 from services.secrets.framework.request import AuthSpec, Request
 
 # The core issues service tokens only; "default" means the mount's default, which is service.
-TOKEN_TYPES = ("default", "service", "default-service")
+TOKEN_TYPES = ("default", "service", "default-service", "batch", "default-batch")
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -43,7 +43,9 @@ class TokenInput(msgspec.Struct, kw_only=True):
     token_num_uses: Annotated[int, desc("uses per token; 0 means unlimited")] | None = None
     token_bound_cidrs: Annotated[CommaList, desc("CIDRs allowed to log in")] | None = None
     token_no_default_policy: Annotated[bool, desc("leave out the default policy")] | None = None
-    token_type: Annotated[str, desc("default or service")] | None = None
+    token_type: (
+        Annotated[str, desc("default, service, batch, default-service or default-batch")] | None
+    ) = None
 
 
 TOKEN_FIELDS = tuple(f.name for f in msgspec.structs.fields(TokenParams))
@@ -149,8 +151,6 @@ def apply_token_input(current: TokenParams, inp: TokenInput) -> dict[str, Any]:
         changes["token_no_default_policy"] = inp.token_no_default_policy
     if inp.token_type is not None:
         kind = inp.token_type.strip().lower() or "default"
-        if kind in ("batch", "default-batch"):
-            raise bad_request("batch tokens are not supported; use 'service' or 'default'")
         if kind not in TOKEN_TYPES:
             raise bad_request(f"invalid 'token_type' value {inp.token_type!r}")
         changes["token_type"] = kind
@@ -187,7 +187,7 @@ def login_auth(
         period=params.token_period,
         num_uses=params.token_num_uses,
         no_default_policy=params.token_no_default_policy,
-        token_type="service",
+        token_type=params.token_type,
         internal=internal or {},
         bound_cidrs=list(params.token_bound_cidrs if bound_cidrs is None else bound_cidrs),
     )

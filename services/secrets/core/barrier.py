@@ -4,12 +4,13 @@ path (token ids, OTPs) is HMAC'd by its owner before it becomes a key."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import msgspec
 
 from services.secrets.errors import sealed
-from services.secrets.keyring import Keyring
+from services.secrets.keyring import Keyring, UnknownTerm
 from shared.storage import CasConflict, Storage
 
 __all__ = ["Barrier", "BarrierView", "CasConflict", "children"]
@@ -38,6 +39,9 @@ class Barrier:
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
         self.keyring: Keyring | None = None
+        # Called when a value uses a term this replica lacks: another replica rotated and its
+        # invalidation has not arrived yet (services/secrets/core/rotation.py).
+        self.on_unknown_term: Callable[[], Awaitable[None]] | None = None
 
     @property
     def sealed(self) -> bool:
@@ -54,15 +58,24 @@ class Barrier:
     def seal(self) -> None:
         self.keyring = None
 
+    async def _decrypt(self, path: str, blob: bytes) -> bytes:
+        try:
+            return self._ring().decrypt(path, blob)
+        except UnknownTerm:
+            if self.on_unknown_term is None:
+                raise
+            await self.on_unknown_term()
+            return self._ring().decrypt(path, blob)
+
     async def get(self, path: str) -> bytes | None:
-        ring = self._ring()
+        self._ring()
         entry = await self.storage.get(path)
-        return None if entry is None else ring.decrypt(path, entry.value)
+        return None if entry is None else await self._decrypt(path, entry.value)
 
     async def get_entry(self, path: str) -> tuple[bytes, int] | None:
-        ring = self._ring()
+        self._ring()
         entry = await self.storage.get(path)
-        return None if entry is None else (ring.decrypt(path, entry.value), entry.revision)
+        return None if entry is None else (await self._decrypt(path, entry.value), entry.revision)
 
     async def put(self, path: str, value: bytes) -> int:
         return await self.storage.put(path, self._ring().encrypt(path, value))

@@ -14,6 +14,7 @@ import msgspec
 import structlog
 
 from services.secrets import registry
+from services.secrets.core import rotation
 from services.secrets.core.barrier import Barrier
 from services.secrets.core.expiration import ExpirationManager, LeaseEntry
 from services.secrets.core.mounts import MountEntry, MountTable, MountTableDoc, new_entry
@@ -55,6 +56,7 @@ class Core:
         self.settings = settings
         self.storage = storage
         self.barrier = Barrier(storage)
+        self.barrier.on_unknown_term = lambda: rotation.reload_keyring(self)
         self.namespaces = NamespaceStore(self.barrier)
         self.seal = SealManager(self)
         self.tokens = TokenStore(self)
@@ -129,6 +131,7 @@ class Core:
         raw = await self.barrier.view("").get("core/cluster-id")
         self.cluster_id = raw.decode() if raw else ""
         await self.tokens.load_salt()
+        await rotation.remember_root_key(self)
         await self.reload()
         if self.dr_mode != "secondary":  # a DR secondary revokes nothing: its primary does
             self.expiration.start()
@@ -136,6 +139,7 @@ class Core:
 
     async def pre_seal(self) -> None:
         self.active = False
+        self.seal.root_key = None
         self.tokens.invalidate_local()
         await self.expiration.stop()
         self.tables.clear()
@@ -167,6 +171,12 @@ class Core:
             self.tokens.invalidate_local(msg.what[len("token:") :])
         elif msg.what == "policies":
             self.policies.invalidate()
+        elif msg.what == rotation.INVALIDATION:
+            await rotation.reload_keyring(self)
+        elif msg.what.startswith("transit:"):
+            from services.secrets.engines.transit.backend import invalidated
+
+            invalidated(self, msg.what)
         else:
             await self.reload()
 

@@ -406,8 +406,27 @@ async def _login(core: Core, req: Request, spec: AuthSpec) -> dict[str, Any]:
         internal={k: str(v) for k, v in spec.internal.items()},
         bound_cidrs=list(spec.bound_cidrs),
     )
-    await core.tokens.create(entry)
+    if login_token_kind(spec.token_type, mount.config.token_type if mount else "") == "batch":
+        if "root" in policies:
+            raise bad_request("batch tokens cannot be root tokens")
+        await core.tokens.create_batch(entry)
+    else:
+        await core.tokens.create(entry)
     return auth_block(entry)
+
+
+def login_token_kind(role_kind: str, mount_kind: str) -> str:
+    """The kind of a login's token: a mount tuned to `service` or `batch` decides; otherwise
+    the auth method's role (token_type), whose `default` defers to the mount's default-*."""
+    if mount_kind in ("service", "batch"):
+        return mount_kind
+    if role_kind in ("service", "batch"):
+        return role_kind
+    if role_kind == "default-batch" or (
+        role_kind in ("", "default") and mount_kind == "default-batch"
+    ):
+        return "batch"
+    return "service"
 
 
 def auth_block(entry: TokenEntry) -> dict[str, Any]:

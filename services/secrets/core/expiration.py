@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import structlog
 
+from services.secrets.core import rotation
 from services.secrets.core.tokens import TokenEntry, random_b62
 
 if TYPE_CHECKING:
@@ -341,6 +342,7 @@ class ExpirationManager:
                             log.info("leases given to tokens issued before leases", count=added)
                         migrated = True
                     await self.tick(time.time())
+                    await rotation.maybe_auto_rotate(self.core)
             except asyncio.CancelledError:
                 raise
             except Exception:

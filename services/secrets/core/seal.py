@@ -62,6 +62,8 @@ class SealConfig(msgspec.Struct, kw_only=True):
 class UnsealShare(msgspec.Struct, kw_only=True):
     share: bytes
     origin: str
+    # The whole unseal key, not a share: a promoted DR secondary's (unseal_with_key).
+    whole: bool = False
 
 
 class SealNotice(msgspec.Struct, kw_only=True):
@@ -106,6 +108,9 @@ class SealManager:
         self.nonce = ""
         self.explicitly_sealed = False
         self.initializing = False
+        # The root key, once this replica opened the keyring itself (sys/rotate needs it;
+        # services/secrets/core/rotation.py keeps a barrier copy for replicas that did not).
+        self.root_key: bytes | None = None
         self._lock = asyncio.Lock()
         self._handoff_task: asyncio.Task[None] | None = None
         self._storage = core.storage
@@ -178,6 +183,7 @@ class SealManager:
         except Exception:
             raise bad_request("the secrets service is already initialized") from None
         self.config = config
+        self.root_key = root_key
         if static:
             return [], keyring
         return ([kek] if shares == 1 else shamir.split(kek, shares, threshold)), keyring
@@ -198,7 +204,9 @@ class SealManager:
         if root_entry is None or ring_entry is None:
             raise ServiceError(500, "the stored keys are missing")
         root_key = open_with(kek, root_entry.value, ROOT_KEY.encode())
-        return Keyring.from_bytes(open_with(root_key, ring_entry.value, KEYRING.encode()))
+        keyring = Keyring.from_bytes(open_with(root_key, ring_entry.value, KEYRING.encode()))
+        self.root_key = root_key
+        return keyring
 
     # ---- unseal ------------------------------------------------------------------------
     async def submit_share(self, share: bytes, *, broadcast: bool = True) -> None:
@@ -237,6 +245,38 @@ class SealManager:
             self.reset()
             await self._unsealed(keyring)
 
+    async def unseal_with_key(self, kek: bytes, *, broadcast: bool = True) -> None:
+        """Unseal with the unseal key itself (a promoted DR secondary: the operation-token
+        ceremony proved it, services/replication/promote_key.py), and hand it to the peers
+        as unseal shares are handed (sealed under the replica key), so they serve at once."""
+        async with self._lock:
+            await self.load_config()
+            if not self.sealed:
+                return
+            try:
+                keyring = await self._open_keyring(kek)
+            except (BarrierError, ValueError):
+                raise ServiceError(
+                    500, "the promoted cluster's unseal key does not open it"
+                ) from None
+            self.reset()
+            await self._unsealed(keyring)
+            if broadcast:
+                await self.broadcast(
+                    subjects.SEAL_SHARE, UnsealShare(share=kek, origin=self.node_id, whole=True)
+                )
+
+    async def _on_whole_key(self, kek: bytes) -> None:
+        """A peer's promoted-cluster unseal key: only once this replica sees the cluster is no
+        longer a DR secondary (a secondary never unseals)."""
+        link = getattr(self.core, "dr_link", None)
+        if link is not None:
+            await link.refresh()
+        if self.core.dr_mode == "secondary":
+            log.warning("unseal key refused: this cluster is a DR secondary")
+            return
+        await self.unseal_with_key(kek, broadcast=False)
+
     def reset(self) -> None:
         self.shares.clear()
         self.nonce = ""
@@ -250,6 +290,12 @@ class SealManager:
             if self.sealed and self.config is not None and self.config.type == "static":
                 with contextlib.suppress(BarrierError, ServiceError):
                     await self._unsealed(await self._open_keyring(self.static_key()))
+            elif self.sealed and self.config is not None:
+                # A promoted secondary may be unsealed by one replica (unseal_with_key): the
+                # others take its keyring, as a starting replica does.
+                self.explicitly_sealed = False
+                if self._handoff_task is None or self._handoff_task.done():
+                    self._handoff_task = asyncio.create_task(self._join_unsealed_peers())
 
     async def _unsealed(self, keyring: Keyring) -> None:
         self.explicitly_sealed = False
@@ -282,7 +328,10 @@ class SealManager:
             msg = self.open(share_subject, box, UnsealShare)
             if msg is not None and msg.origin != self.node_id and self.sealed:
                 with contextlib.suppress(SecretsError, ServiceError):
-                    await self.submit_share(msg.share, broadcast=False)
+                    if msg.whole:
+                        await self._on_whole_key(msg.share)
+                    else:
+                        await self.submit_share(msg.share, broadcast=False)
 
         async def on_sealed(box: bytes, _ctx: object) -> None:
             msg = self.open(sealed_subject, box, SealNotice)

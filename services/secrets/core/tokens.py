@@ -23,6 +23,7 @@ import msgspec
 
 from services.secrets.auth.exact import secret_bytes
 from services.secrets.core.mounts import DEFAULT_LEASE_TTL, MAX_LEASE_TTL
+from services.secrets.keyring import UnknownTerm
 
 if TYPE_CHECKING:
     from services.secrets.core.core import Core
@@ -178,8 +179,56 @@ class TokenStore:
         await view.put_obj(f"id/{key}", entry)
         await self.invalidate(key)
 
+    async def create_batch(self, entry: TokenEntry) -> TokenEntry:
+        """A batch token: the entry sealed into the token itself, nothing stored."""
+        from services.secrets.core import batch_tokens
+
+        keyring = self.core.barrier.keyring
+        if keyring is None:
+            raise RuntimeError("sealed")
+        entry.type = "batch"
+        entry.accessor = ""
+        entry.renewable = False
+        entry.creation_time = entry.creation_time or time.time()
+        if entry.ttl and not entry.expire_time:
+            entry.expire_time = entry.creation_time + entry.ttl
+        batch_tokens.seal(keyring, entry)
+        return entry
+
+    async def _lookup_batch(self, token_id: str) -> TokenEntry | None:
+        from services.secrets.core import batch_tokens
+
+        barrier = self.core.barrier
+        try:
+            entry = (
+                None
+                if barrier.keyring is None
+                else batch_tokens.open_token(barrier.keyring, token_id)
+            )
+        except UnknownTerm:
+            # Minted just after a rotation whose invalidation has not reached us yet.
+            if barrier.on_unknown_term is None:
+                return None
+            await barrier.on_unknown_term()
+            if barrier.keyring is None:
+                return None
+            try:
+                entry = batch_tokens.open_token(barrier.keyring, token_id)
+            except UnknownTerm:
+                return None
+        if entry is None or entry.expired():
+            return None
+        if entry.parent:
+            # It dies with its parent: the parent's entry must still exist.
+            view = self._view(entry.namespace_id)
+            if view is None or await view.get(f"id/{entry.parent}") is None:
+                return None
+        return entry
+
     # ---- read -----------------------------------------------------------------------
     async def lookup(self, token_id: str) -> TokenEntry | None:
+        if token_id.startswith("hvb."):
+            return await self._lookup_batch(token_id)
         if not token_id or len(token_id) > 256:
             return None
         key = self.hash(token_id)

@@ -23,6 +23,9 @@ class CubbyholeBackend(Backend):
     def _view(self, req: Request):  # type: ignore[no-untyped-def]
         if req.token is None:
             raise permission_denied()
+        if req.token.type == "batch":
+            # Nothing would ever delete a batch token's cubbyhole: it is never revoked.
+            raise bad_request("cubbyhole operations are only supported by 'service' type tokens")
         return self.storage.sub(self.core.tokens.hash(req.token.id) + "/")
 
     def build_paths(self) -> list[Path]:

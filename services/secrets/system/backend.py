@@ -8,13 +8,16 @@ from services.secrets.system import (
     introspection_paths,
     lease_paths,
     managed_key_paths,
+    metrics_paths,
     mount_paths,
     namespace_paths,
     password_policy_paths,
     plugin_paths,
     policy_paths,
+    rekey_paths,
     remount_status_paths,
     replication_paths,
+    rotate_paths,
     seal_paths,
     tools_paths,
     wrapping_paths,
@@ -36,6 +39,10 @@ MODULES += [password_policy_paths, plugin_paths, managed_key_paths]
 MODULES += [replication_paths]
 # sys/tools, which the CLI reaches through `bao write sys/tools/...` (issue 11).
 MODULES += [tools_paths, remount_status_paths]
+# Key ceremonies: keyring rotation and rekeying (issue 21).
+MODULES += [rotate_paths, rekey_paths]
+# sys/metrics, Vault's telemetry endpoint (issue 21).
+MODULES += [metrics_paths]
 
 
 class SystemBackend(Backend):

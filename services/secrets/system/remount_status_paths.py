@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from services.secrets.core.core import Core
 
 PREFIX = "core/remount-migrations/"
+KEEP_SECONDS = 24 * 3600
 
 
 class Migration(msgspec.Struct, kw_only=True):
@@ -49,8 +50,18 @@ async def record(core: Core, req: Request, source: str, target: str) -> Response
         status="success",
         created=time.time(),
     )
-    await _store(core, req).put_obj(migration_id, entry)
+    store = _store(core, req)
+    await store.put_obj(migration_id, entry)
+    await _forget_old(store, entry.created)
     return Response(data={"migration_id": migration_id}, data_at_top=True)
+
+
+async def _forget_old(store: BarrierView, now: float) -> None:
+    """Moves are rare and their status is read right after: keep a day of records."""
+    for key in await store.list():
+        old = await store.get_obj(key, Migration)
+        if old is not None and old.created < now - KEEP_SECONDS:
+            await store.delete(key)
 
 
 def paths(core: Core) -> list[Path]:

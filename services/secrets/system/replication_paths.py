@@ -196,17 +196,20 @@ def paths(core: Core) -> list[Path]:
         )
 
     async def promote(req: Request, f: PromoteFields) -> Response:
-        return answer(
-            await send(
-                req,
-                c.Promote(
-                    dr_operation_token=f.dr_operation_token,
-                    force=f.force,
-                    primary_cluster_addr=f.primary_cluster_addr,
-                ),
+        reply = await send(
+            req,
+            c.Promote(
+                dr_operation_token=f.dr_operation_token,
+                force=f.force,
+                primary_cluster_addr=f.primary_cluster_addr,
             ),
-            data_at_top=True,
         )
+        if reply.unseal_key:
+            # Promote and serve: the unseal key the operation token proved (sealed to us).
+            await link.refresh()
+            await core.seal.unseal_with_key(reply.unseal_key)
+            reply.unseal_key = b""
+        return answer(reply, data_at_top=True)
 
     async def disable_secondary(req: Request, f: OperationTokenField) -> Response:
         # The operation token may also come as the client token, as Vault's CLI sends it.

@@ -4,32 +4,19 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import secrets
 from typing import TYPE_CHECKING, Annotated
 
 import msgspec
 
+from services.secrets import tools
 from services.secrets.errors import bad_request
 from services.secrets.framework.fields import desc
 from services.secrets.framework.path import Path, write
 from services.secrets.framework.request import Request, Response
+from services.secrets.tools import SOURCES, url_count
 
 if TYPE_CHECKING:
     from services.secrets.core.core import Core
-
-MAX_RANDOM_BYTES = 128 * 1024
-SOURCES = ("platform", "seal", "all")
-HASHES = {
-    "sha2-224": hashlib.sha224,
-    "sha2-256": hashlib.sha256,
-    "sha2-384": hashlib.sha384,
-    "sha2-512": hashlib.sha512,
-    "sha3-224": hashlib.sha3_224,
-    "sha3-256": hashlib.sha3_256,
-    "sha3-384": hashlib.sha3_384,
-    "sha3-512": hashlib.sha3_512,
-}
 
 
 class RandomFields(msgspec.Struct, kw_only=True):
@@ -46,45 +33,19 @@ class HashFields(msgspec.Struct, kw_only=True):
     format: Annotated[str, desc("hex (default) or base64")] = "hex"
 
 
-def _encode(raw: bytes, fmt: str) -> str:
-    if fmt == "hex":
-        return raw.hex()
-    if fmt == "base64":
-        return base64.b64encode(raw).decode()
-    raise bad_request(f'unsupported encoding format {fmt}; must be "hex" or "base64"')
-
-
 def random_bytes(f: RandomFields) -> str:
-    count = f.bytes
-    if f.urlbytes:
-        try:
-            count = int(f.urlbytes)
-        except ValueError:
-            raise bad_request(f"error parsing url-set byte count: {f.urlbytes!r}") from None
-    if f.source not in SOURCES:
-        raise bad_request(f'unsupported entropy source {f.source!r}; must be "platform" or "seal"')
-    if count < 1:
-        raise bad_request('"bytes" cannot be less than 1')
-    if count > MAX_RANDOM_BYTES:
-        raise bad_request(f'"bytes" should be less than {MAX_RANDOM_BYTES}')
-    if f.format not in ("hex", "base64"):
-        _encode(b"", f.format)
-    # Every source draws from the OS generator: Trellis has no HSM-backed seal entropy.
-    return _encode(secrets.token_bytes(count), f.format)
+    count = url_count(f.urlbytes) if f.urlbytes else f.bytes
+    return tools.random_bytes(count, f.format, f.source)
 
 
 def digest(f: HashFields) -> str:
     algorithm = f.urlalgorithm or f.algorithm
-    fn = HASHES.get(algorithm)
-    if fn is None:
-        raise bad_request(f"unsupported algorithm {algorithm}")
-    if f.format not in ("hex", "base64"):
-        raise bad_request(f'unsupported encoding format {f.format}; must be "hex" or "base64"')
+    tools.check_hash(algorithm, f.format)
     try:
         data = base64.b64decode(f.input, validate=True)
     except (binascii.Error, ValueError):
         raise bad_request("unable to decode input as base64") from None
-    return _encode(fn(data).digest(), f.format)
+    return tools.hash_sum(data, algorithm, f.format)
 
 
 def paths(core: Core) -> list[Path]:

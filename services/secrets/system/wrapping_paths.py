@@ -29,13 +29,11 @@ def _token(req: Request, f: TokenField) -> str:
 
 def paths(core: Core) -> list[Path]:
     async def wrap(req: Request, _: Any) -> Response:
-        data = req.data
-        if not data:
-            raise bad_request("empty request body: nothing to wrap")
         # The dispatcher wraps any response when the wrap TTL header is set.
         if not (req.headers.get("x-svc-wrap-ttl") or req.headers.get("x-vault-wrap-ttl")):
-            raise bad_request("wrapping requires a wrap TTL (X-Svc-Wrap-TTL header)")
-        return Response(data=dict(data))
+            raise bad_request("endpoint requires response wrapping to be used")
+        # An empty body wraps an empty object, as OpenBao does (hvac's wrap with no data).
+        return Response(data=dict(req.data or {}))
 
     async def unwrap(req: Request, f: TokenField) -> Response:
         tok = _token(req, f)

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import hmac
-import secrets
 from typing import Any
 
 import msgspec
 
 from services.workspace import render_state, tfstate
+from services.workspace.capability import UPLOAD_PARAM, new_capability, require_upload
 from services.workspace.context import Req
 from services.workspace.jsonapi import (
     ApiError,
@@ -33,9 +31,6 @@ from shared.messages import HttpResponse
 
 _mp = msgspec.msgpack.Encoder()
 _mp_dec = msgspec.msgpack.Decoder(dict[str, bytes])
-
-UPLOAD_PARAM = "upload-token"
-
 
 # Output values up to this size ride in the log entry; larger ones go to the blob store, so
 # that the log, every replica's memory and the snapshots stay small.
@@ -150,10 +145,8 @@ async def create(r: Req) -> HttpResponse:
         payload.update(await _contents(r, sv_id, raw, serial, lineage), status="finalized")
     else:
         # No state inline: the client PUTs it to a one-time upload URL (HCP's signed URL).
-        capability = secrets.token_urlsafe(32)
-        payload.update(
-            status="pending", upload_digest=hashlib.sha256(capability.encode()).hexdigest()
-        )
+        capability, upload_digest = new_capability()
+        payload.update(status="pending", upload_digest=upload_digest)
         upload_url = (
             f"{render_state.API}/state-versions/{sv_id}/content?{UPLOAD_PARAM}={capability}"
         )
@@ -171,13 +164,7 @@ async def create(r: Req) -> HttpResponse:
 async def upload(r: Req) -> HttpResponse:
     """PUT of the raw state to a pending version's upload URL; the URL is the credential."""
     await r.log.barrier()  # a public route: the service did not wait for the log
-    sv = r.state.state_versions.get(r.params["id"])
-    capability = r.query.get(UPLOAD_PARAM, "")
-    if sv is None or not sv.upload_digest or not capability:
-        raise not_found("upload")
-    given = hashlib.sha256(capability.encode()).hexdigest()
-    if not hmac.compare_digest(given.encode(), sv.upload_digest.encode()):
-        raise not_found("upload")
+    sv = require_upload(r.query, r.state.state_versions.get(r.params["id"]))
     raw = r.http.body
     tfstate.check_md5(raw, sv.md5)
     fields = await _contents(r, sv.id, raw, sv.serial, sv.lineage)
@@ -249,15 +236,7 @@ async def current(r: Req) -> HttpResponse:
 
 
 async def list_(r: Req) -> HttpResponse:
-    ws_name = r.query.get("filter[workspace][name]")
-    org_name = r.query.get("filter[organization][name]")
-    if not ws_name or not org_name:
-        raise ApiError(
-            400,
-            "filter[workspace][name] and filter[organization][name] are required",
-            title="invalid filter",
-        )
-    ws, _ = r.workspace_named(org_name, ws_name, "read-state")
+    ws = r.workspace_filtered("read-state")
     # Newest first, as HCP Terraform lists them.
     items = [r.state.state_versions[i] for i in reversed(r.state.sv_by_ws.get(ws.id, []))]
     return respond(200, r.list_doc(items, render_state.state_version))
@@ -267,14 +246,7 @@ async def download(r: Req) -> HttpResponse:
     sv, _ = _version(r)
     if sv.status != "finalized":
         raise not_found("state")
-    blob = await r.blob_store.get(sv.id)
-    if blob is None:
-        raise not_found("state")
-    key = await r.key_store.get(STATE_KEY)
-    try:
-        raw = unseal(key, blob, _state_aad(sv.id))
-    except ValueError:
-        raise ApiError(500, "the stored state does not authenticate") from None
+    raw = await r.open_blob(sv.id, _state_aad(sv.id), "state")
     return HttpResponse(status=200, headers={"content-type": "application/json"}, body=raw)
 
 

@@ -201,15 +201,7 @@ async def create(r: Req) -> HttpResponse:
 
 
 async def list_(r: Req) -> HttpResponse:
-    ws_name = r.query.get("filter[workspace][name]")
-    org_name = r.query.get("filter[organization][name]")
-    if not ws_name or not org_name:
-        raise ApiError(
-            400,
-            "filter[workspace][name] and filter[organization][name] are required",
-            title="invalid filter",
-        )
-    ws, _ = r.workspace_named(org_name, ws_name, "read-vars")
+    ws = r.workspace_filtered("read-vars")
     return await list_of(r, r.state.vars_by_ws.get(ws.id, []))
 
 

@@ -9,22 +9,33 @@ import asyncio
 import contextlib
 import os
 import signal
+from collections.abc import Callable
 from typing import Any
 
 from services.scheduler.client.drivers.base import DriverError, ExitResult
+from services.scheduler.client.logrotate import MB, RotatingWriter
 from services.scheduler.client.taskdir import RunAs
 
 
 class _ProcHandle:
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, pumps: list[asyncio.Task[None]]) -> None:
         self.proc = proc
         self.pid: int | None = proc.pid
+        self.pumps = pumps
 
     async def wait(self) -> ExitResult:
         code = await self.proc.wait()
+        # The last output reaches the files before the task counts as finished (a child the
+        # task left behind may keep a pipe open: don't wait on it forever).
+        if self.pumps:
+            await asyncio.wait(self.pumps, timeout=2.0)
         if code < 0:
             return ExitResult(exit_code=0, signal=-code)
         return ExitResult(exit_code=code)
+
+    def signal(self, signal_name: str) -> None:
+        if self.proc.returncode is None:
+            self._signal_group(getattr(signal, signal_name))
 
     def _signal_group(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -42,22 +53,59 @@ class _ProcHandle:
             await self.proc.wait()
 
 
-def _open_log(path: str) -> Any:
-    # 0600 from creation: a task's output may hold what it printed of its secrets.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-    return os.fdopen(fd, "ab")
+def log_config(task: dict[str, Any]) -> tuple[int, int]:
+    """(max_files, max_file_size bytes) from the task's `logs` block (Nomad: 10 x 10 MB)."""
+    cfg = task.get("LogConfig") or {}
+    files = int(cfg.get("MaxFiles") or 10)
+    size_mb = int(cfg.get("MaxFileSizeMB") or 10)
+    return files, size_mb * MB
 
 
-def _open_logs(task_dir: str) -> tuple[Any, Any]:
+async def _pump(fd: int, writer: RotatingWriter) -> None:
+    """Copy one of the task's output pipes into its rotating files until the pipe closes."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
+    )
     try:
-        out = _open_log(os.path.join(task_dir, "stdout.log"))
+        while chunk := await reader.read(65536):
+            writer.write(chunk)
+    finally:
+        transport.close()
+        writer.close()
+
+
+def _log_writers(task: dict[str, Any], task_dir: str) -> tuple[RotatingWriter, RotatingWriter]:
+    log_dir = os.path.join(os.path.dirname(task_dir), "alloc", "logs")
+    name = str(task.get("Name") or os.path.basename(task_dir))
+    files, size = log_config(task)
+    try:
+        os.makedirs(log_dir, mode=0o700, exist_ok=True)
+        out = RotatingWriter(log_dir, name, "stdout", files, size)
     except OSError as exc:
         raise DriverError(f"failed to open task logs: {exc.strerror}") from None
     try:
-        return out, _open_log(os.path.join(task_dir, "stderr.log"))
+        return out, RotatingWriter(log_dir, name, "stderr", files, size)
     except OSError as exc:
         out.close()
         raise DriverError(f"failed to open task logs: {exc.strerror}") from None
+
+
+def _drop_to(who: RunAs) -> Callable[[], None]:
+    """Switch the child to the task's user before exec. uvloop (the services' loop) does not
+    take subprocess's user/group arguments, so the child drops its rights itself: groups
+    first, then the gid, the uid last (after it, nothing could be changed back)."""
+    uid, gid, groups = who.uid, who.gid, list(who.groups)
+
+    def drop() -> None:
+        os.setgroups(groups)
+        if gid is not None:
+            os.setgid(gid)
+        assert uid is not None
+        os.setuid(uid)
+
+    return drop
 
 
 class RawExecDriver:
@@ -82,8 +130,13 @@ class RawExecDriver:
         who = run_as or RunAs()
         identity: dict[str, Any] = {}
         if who.uid is not None:
-            identity = {"user": who.uid, "group": who.gid, "extra_groups": list(who.groups)}
-        stdout, stderr = _open_logs(task_dir)
+            identity = {"preexec_fn": _drop_to(who)}
+        out_w, err_w = _log_writers(task, task_dir)
+        out_r, stdout = os.pipe()
+        err_r, stderr = os.pipe()
+        if who.uid is not None:
+            for w in (out_w, err_w):
+                os.fchown(w.fd, who.uid, who.gid if who.gid is not None else -1)
         try:
             proc = await asyncio.create_subprocess_exec(
                 command,
@@ -97,8 +150,16 @@ class RawExecDriver:
                 **identity,
             )
         except OSError as exc:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            out_w.close()
+            err_w.close()
             raise DriverError(f"failed to launch command with executor: {exc}") from None
         finally:
-            stdout.close()
-            stderr.close()
-        return _ProcHandle(proc)
+            os.close(stdout)
+            os.close(stderr)
+        pumps = [
+            asyncio.create_task(_pump(out_r, out_w)),
+            asyncio.create_task(_pump(err_r, err_w)),
+        ]
+        return _ProcHandle(proc, pumps)

@@ -118,9 +118,16 @@ def paths(b: PKIBackend) -> list[Path]:
             or f.tidy_revoked_cert_issuer_associations
             or f.tidy_expired_issuers
         ):
-            raise bad_request(
-                "at least one tidy operation must be enabled "
-                "(tidy_cert_store, tidy_revoked_certs...)"
+            # OpenBao: with its defaults (every operation off) a tidy is accepted and does
+            # nothing, saying so; hvac's tidy() sends no body at all.
+            return Response(
+                status=202,
+                warnings=[
+                    "Manual tidy requested but no tidy operations were set. Enable at least one "
+                    "tidy operation to be run (tidy_cert_store / tidy_revoked_certs / "
+                    "tidy_invalid_certs / tidy_revoked_cert_issuer_associations / "
+                    "tidy_expired_issuers / tidy_move_legacy_ca_bundle / tidy_acme)."
+                ],
             )
         if f.safety_buffer < 1:
             raise bad_request("safety_buffer must be at least one second")

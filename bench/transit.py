@@ -1,0 +1,173 @@
+"""Transit throughput against OpenBao's transit on the same machine: encrypt, decrypt, sign with
+Ed25519 and with RSA-2048, the same closed-loop Python load for both servers, interleaved
+(OpenBao, Trellis, OpenBao, Trellis...) so that machine noise hits both alike.
+
+    python bench/transit.py [--seconds 4] [--clients 32] [--rounds 2] [--load python|wrk]
+                            [--secrets-replicas 1] [--crypto-processes 2]
+
+Prints each operation's rate on both and the ratio Trellis / OpenBao (goal: each >= 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import closed_loop, trellis_dev
+from tests.openbao import openbao_dev
+
+PLAIN = base64.b64encode(b"x" * 64).decode()
+KEYS = {"aes": "aes256-gcm96", "ed": "ed25519", "rsa": "rsa-2048"}
+
+Call = Callable[[aiohttp.ClientSession, int], Awaitable[bool]]
+
+
+async def prepare(base: str, token: str) -> str:
+    """Mount transit, create the keys; returns a ciphertext to decrypt."""
+    hdr = {"X-Vault-Token": token}
+    async with aiohttp.ClientSession(headers=hdr) as s:
+        async with s.post(f"{base}/v1/sys/mounts/transit", json={"type": "transit"}) as r:
+            assert r.status in (200, 204), await r.text()
+        for name, kt in KEYS.items():
+            async with s.post(f"{base}/v1/transit/keys/{name}", json={"type": kt}) as r:
+                assert r.status in (200, 204), await r.text()
+        async with s.post(f"{base}/v1/transit/encrypt/aes", json={"plaintext": PLAIN}) as r:
+            return (await r.json())["data"]["ciphertext"]
+
+
+def requests_of(ciphertext: str) -> dict[str, tuple[str, dict[str, str]]]:
+    return {
+        "encrypt aes256-gcm96": ("encrypt/aes", {"plaintext": PLAIN}),
+        "decrypt aes256-gcm96": ("decrypt/aes", {"ciphertext": ciphertext}),
+        "sign ed25519": ("sign/ed", {"input": PLAIN}),
+        "sign rsa-2048": ("sign/rsa", {"input": PLAIN}),
+    }
+
+
+def ops(base: str, token: str, ciphertext: str) -> dict[str, Call]:
+    hdr = {"X-Vault-Token": token}
+
+    def post(path: str, body: dict[str, str]) -> Call:
+        url = f"{base}/v1/transit/{path}"
+
+        async def call(session: aiohttp.ClientSession, n: int) -> bool:
+            async with session.post(url, headers=hdr, json=body) as r:
+                await r.read()
+                return r.status == 200
+
+        return call
+
+    return {name: post(path, body) for name, (path, body) in requests_of(ciphertext).items()}
+
+
+async def wrk_rate(base: str, token: str, path: str, body: dict[str, str], args: Any) -> float:
+    """Requests per second `wrk` reaches (non-2xx answers counted as failures, printed)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
+        f.write(
+            'wrk.method = "POST"\n'
+            f"wrk.body = '{json.dumps(body)}'\n"
+            'wrk.headers["Content-Type"] = "application/json"\n'
+            f'wrk.headers["X-Vault-Token"] = "{token}"\n'
+        )
+    proc = await asyncio.create_subprocess_exec(
+        "wrk",
+        "-t2",
+        f"-c{args.clients}",
+        f"-d{args.seconds:g}s",
+        "-s",
+        f.name,
+        f"{base}/v1/transit/{path}",
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out = (await proc.communicate())[0].decode()
+    os.unlink(f.name)
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if bad:
+        print(f"  {base} {path}: {bad.group(1)} non-2xx answers")
+    m = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    return float(m.group(1)) if m else 0.0
+
+
+async def run(args: argparse.Namespace) -> int:
+    extra = [
+        "--services",
+        "crypto",
+        "--secrets-replicas",
+        str(args.secrets_replicas),
+        "--crypto-processes",
+        str(args.crypto_processes),
+    ]
+    with openbao_dev() as bao, trellis_dev(*extra) as dev:
+        bao_ct = await prepare(bao.addr, bao.token)
+        tre_ct = await prepare(dev.secrets, dev.root_token)
+        bao_ops = ops(bao.addr, bao.token, bao_ct)
+        tre_ops = ops(dev.secrets, dev.root_token, tre_ct)
+        rates: dict[str, dict[str, float]] = {}
+        if args.load == "wrk":
+            sides = {
+                "openbao": (bao.addr, bao.token, requests_of(bao_ct)),
+                "trellis": (dev.secrets, dev.root_token, requests_of(tre_ct)),
+            }
+            for name in bao_ops:
+                got: dict[str, list[float]] = {"openbao": [], "trellis": []}
+                for _ in range(args.rounds):
+                    for side, (base, token, reqs) in sides.items():
+                        path, body = reqs[name]
+                        got[side].append(await wrk_rate(base, token, path, body, args))
+                rates[name] = {side: sum(v) / len(v) for side, v in got.items()}
+        for name in bao_ops if args.load == "python" else ():
+            totals = {"openbao": [0, 0.0, 0], "trellis": [0, 0.0, 0]}
+            # A short warm-up on each, then interleaved rounds.
+            await closed_loop("warm", args.clients, 0.5, bao_ops[name])
+            await closed_loop("warm", args.clients, 0.5, tre_ops[name])
+            for _ in range(args.rounds):
+                for side, call in (("openbao", bao_ops[name]), ("trellis", tre_ops[name])):
+                    res = await closed_loop(name, args.clients, args.seconds, call)
+                    totals[side][0] += res.count
+                    totals[side][1] += res.seconds
+                    totals[side][2] += res.errors
+            rates[name] = {}
+            for side, (count, secs, errors) in totals.items():
+                rates[name][side] = count / secs if secs else 0.0
+                if errors:
+                    print(f"  {side} {name}: {errors} errors")
+    print(
+        f"\ntransit, {args.load} load, {args.clients} clients, {args.rounds}x{args.seconds:g}s "
+        "each, interleaved"
+    )
+    print(f"{'operation':24} {'openbao/s':>10} {'trellis/s':>10} {'ratio':>7}")
+    worst = float("inf")
+    for name, r in rates.items():
+        ratio = r["trellis"] / r["openbao"] if r["openbao"] else 0.0
+        worst = min(worst, ratio)
+        goal = "ok" if ratio >= 1 else "BELOW GOAL"
+        print(f"{name:24} {r['openbao']:10.0f} {r['trellis']:10.0f} {ratio:7.2f}  {goal}")
+    return 0 if worst >= 1 else 1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--secrets-replicas", type=int, default=1)
+    parser.add_argument("--crypto-processes", type=int, default=2)
+    parser.add_argument("--load", choices=("python", "wrk"), default="python")
+    sys.exit(asyncio.run(run(parser.parse_args())))
+
+
+if __name__ == "__main__":
+    main()

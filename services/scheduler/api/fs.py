@@ -1,0 +1,216 @@
+"""/v1/client/fs/*: an allocation's files and logs, read on the node that runs it. The scheduler
+forwards each request over the bus to that node and believes the answer only when it carries
+the node's secret (nodeauth)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import time
+from typing import Any
+
+import msgspec
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from services.scheduler import nodeauth, sealbox, wire
+from services.scheduler.api.context import ApiContext
+from services.scheduler.api.http import HttpError, Request, bad
+from shared import service_proof
+from shared.messages import HttpResponse
+
+NODE_TIMEOUT = 10.0
+FOLLOW_POLL = 0.25
+FOLLOW_WAIT = 5.0  # a followed read's chunk waits this long for new output
+LOG_OFFSET = "X-Sched-Log-Offset"
+LOG_DONE = "X-Sched-Log-Done"
+READ_LIMIT = 4 * 1024 * 1024  # per answer: bounded memory
+
+
+def _alloc(ctx: ApiContext, req: Request, alloc_id: str, cap: str) -> dict[str, Any]:
+    a = ctx.t.allocs.get(alloc_id)
+    if a is None:
+        prefixed = [
+            v for k, v in ctx.t.allocs.items() if len(alloc_id) >= 2 and k.startswith(alloc_id)
+        ]
+        if len(prefixed) != 1:
+            raise HttpError(404, f"Unknown allocation {alloc_id!r}")
+        a = prefixed[0]
+    ctx.require_ns(req, a["Namespace"], cap)
+    return a
+
+
+def _int(req: Request, name: str, default: int = 0) -> int:
+    raw = req.q(name)
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise bad(f"Failed to parse {name}: {raw!r} is not an integer") from None
+    if value < 0:
+        raise bad(f"{name} must be non-negative")
+    return value
+
+
+async def _ask(ctx: ApiContext, alloc: dict[str, Any], fr: wire.FsRequest) -> wire.FsReply:
+    node_id = alloc["NodeID"]
+    node = ctx.t.nodes.get(node_id)
+    if node is None or ctx.bus is None:
+        raise HttpError(404, f"Unknown node {node_id!r}")
+    subject = wire.subject(ctx.cluster, f"{wire.NODE_FS}.{node_id}")
+    # Signed as the scheduler (the node obeys nothing else), answered sealed to a one-time key:
+    # file contents, logs and the node's secret never cross the bus in the clear.
+    if ctx.service_key is None:
+        raise HttpError(500, "the scheduler has no service key to sign node requests with")
+    reader = X25519PrivateKey.generate()
+    fr.reader_public = reader.public_key().public_bytes_raw()
+    body = wire.fs_signed_bytes(node_id, fr)
+    fr.proof = service_proof.prove(ctx.service_key, ctx.cluster, wire.FS_PURPOSE, body)
+    try:
+        msg = await ctx.bus.nc.request(subject, msgspec.msgpack.encode(fr), timeout=NODE_TIMEOUT)
+    except Exception:
+        raise HttpError(504, f"node {node_id} did not answer") from None
+    try:
+        outer = msgspec.msgpack.decode(msg.data, type=wire.FsReply)
+        plain = sealbox.open_sealed(reader, outer.sealed, node_id.encode())
+        reply = msgspec.msgpack.decode(plain, type=wire.FsReply)
+    except (msgspec.DecodeError, sealbox.SealError, ValueError):
+        raise HttpError(502, f"node {node_id} gave a malformed answer") from None
+    if reply.node_id != node_id or not nodeauth.matches(node, reply.secret):
+        raise HttpError(502, f"the answer did not come from node {node_id}")
+    if reply.code != 200:
+        raise HttpError(reply.code if 400 <= reply.code < 600 else 500, reply.error)
+    return reply
+
+
+def _raw(data: bytes, content_type: str = "text/plain; charset=utf-8") -> HttpResponse:
+    return HttpResponse(status=200, headers={"Content-Type": content_type}, body=data)
+
+
+def _json(body: Any) -> HttpResponse:
+    return HttpResponse(
+        status=200,
+        headers={"Content-Type": "application/json"},
+        body=msgspec.json.encode(body),
+    )
+
+
+async def ls(ctx: ApiContext, req: Request, alloc_id: str) -> Any:
+    a = _alloc(ctx, req, alloc_id, "read-fs")
+    reply = await _ask(ctx, a, wire.FsRequest(op="ls", alloc_id=a["ID"], path=req.q("path") or "/"))
+    return _json(reply.files)
+
+
+async def stat(ctx: ApiContext, req: Request, alloc_id: str) -> Any:
+    a = _alloc(ctx, req, alloc_id, "read-fs")
+    path = req.q("path")
+    if not path:
+        raise bad("must provide a file path")
+    reply = await _ask(ctx, a, wire.FsRequest(op="stat", alloc_id=a["ID"], path=path))
+    return _json(reply.files[0])
+
+
+async def cat(ctx: ApiContext, req: Request, alloc_id: str) -> Any:
+    a = _alloc(ctx, req, alloc_id, "read-fs")
+    path = req.q("path")
+    if not path:
+        raise bad("must provide a file path")
+    fr = wire.FsRequest(op="readat", alloc_id=a["ID"], path=path, limit=READ_LIMIT)
+    return _raw((await _ask(ctx, a, fr)).data)
+
+
+async def readat(ctx: ApiContext, req: Request, alloc_id: str) -> Any:
+    a = _alloc(ctx, req, alloc_id, "read-fs")
+    path = req.q("path")
+    if not path:
+        raise bad("must provide a file path")
+    offset = _int(req, "offset")
+    limit = min(_int(req, "limit", READ_LIMIT) or READ_LIMIT, READ_LIMIT)
+    fr = wire.FsRequest(op="readat", alloc_id=a["ID"], path=path, offset=offset, limit=limit)
+    return _raw((await _ask(ctx, a, fr)).data)
+
+
+def _frames(frames: list[tuple[str, int, bytes]]) -> bytes:
+    # Nomad's StreamFrame objects, back to back; Data is base64 as Go encodes []byte.
+    return b"".join(
+        json.dumps(
+            {"File": f, "Offset": off + len(d), "Data": base64.b64encode(d).decode()}
+        ).encode()
+        for f, off, d in frames
+    )
+
+
+async def logs(ctx: ApiContext, req: Request, alloc_id: str) -> Any:
+    a = _alloc(ctx, req, alloc_id, "read-logs")
+    task = req.q("task")
+    if not task:
+        raise bad("must include task name")
+    stream = req.q("type")
+    if stream not in ("stdout", "stderr"):
+        raise bad(f'Illegal log type: "{stream}"')
+    origin = req.q("origin") or "start"
+    if origin not in ("start", "end"):
+        raise bad(f'Unknown origin "{origin}"')
+    offset = _int(req, "offset")
+    follow = req.flag("follow")
+    plain = req.flag("plain")
+    fr = wire.FsRequest(
+        op="logs",
+        alloc_id=a["ID"],
+        task=task,
+        stream=stream,
+        origin=origin,
+        offset=offset,
+        limit=READ_LIMIT,
+    )
+    reply = await _ask(ctx, a, fr)
+    frames = list(reply.frames)
+    base = offset if origin == "start" else max(0, reply.total - offset)
+    headers: dict[str, str] = {}
+    if follow:
+        # One chunk of a followed read: what is there now, else what the task writes within
+        # FOLLOW_WAIT; the gateway asks again from X-Sched-Log-Offset until X-Sched-Log-Done
+        # (services/gateway/streams.py), so the client sees one stream.
+        deadline = time.monotonic() + FOLLOW_WAIT
+        fr.origin = "start"
+        while not frames and not reply.task_dead and time.monotonic() < deadline:
+            await asyncio.sleep(FOLLOW_POLL)
+            fr.offset = base
+            with contextlib.suppress(HttpError):
+                reply = await _ask(ctx, a, fr)
+                frames = list(reply.frames)
+        sent = sum(len(d) for _, _, d in frames)
+        done = reply.task_dead and base + sent >= reply.total
+        headers = {LOG_OFFSET: str(base + sent), LOG_DONE: "true" if done else "false"}
+    if plain:
+        resp = _raw(b"".join(d for _, _, d in frames))
+    else:
+        resp = _raw(_frames(frames), "application/json")
+    resp.headers.update(headers)
+    return resp
+
+
+async def _lifecycle(ctx: ApiContext, req: Request, alloc_id: str, op: str) -> Any:
+    a = ctx.t.allocs.get(alloc_id)
+    if a is None:
+        raise HttpError(404, "Unknown allocation")
+    ctx.require_ns(req, a["Namespace"], "alloc-lifecycle")
+    data = req.json() or {}
+    if not isinstance(data, dict):
+        raise bad("Failed to decode request body: expected a JSON object")
+    task = data.get("TaskName") or data.get("Task") or ""
+    sig = data.get("Signal") or ""
+    if not isinstance(task, str) or not isinstance(sig, str):
+        raise bad("Failed to decode request body: TaskName and Signal must be strings")
+    await _ask(ctx, a, wire.FsRequest(op=op, alloc_id=a["ID"], task=task, signal=sig))
+    return _json({"Index": ctx.t.index["allocs"]})
+
+
+async def restart(ctx: ApiContext, req: Request, alloc_id: str) -> Any:
+    return await _lifecycle(ctx, req, alloc_id, "restart")
+
+
+async def signal(ctx: ApiContext, req: Request, alloc_id: str) -> Any:
+    return await _lifecycle(ctx, req, alloc_id, "signal")

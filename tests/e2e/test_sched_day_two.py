@@ -1,0 +1,504 @@
+"""Issue 17 through a real `trellis dev` and python-nomad (unmodified) plus raw HTTP: logs and
+files, plan, scale, revert, dispatch, periodic force, allocation stop, search, drain, GC, and
+re-registering an unchanged job."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nomad
+import pytest
+import requests
+
+from tests.procs import ROOT, DevProcess, start_dev
+
+pytestmark = pytest.mark.e2e
+
+
+def until(pred: Any, timeout: float = 60.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"{what} not met before the deadline")
+
+
+@pytest.fixture(scope="module")
+def d() -> Iterator[DevProcess]:
+    proc = start_dev()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="module")
+def n(d: DevProcess) -> nomad.Nomad:
+    return nomad.Nomad(address=d.scheduler, token=d.root_token, timeout=40)
+
+
+def http(d: DevProcess, method: str, path: str, **kw: Any) -> requests.Response:
+    headers = {"X-Nomad-Token": d.root_token}
+    return requests.request(method, d.scheduler + path, headers=headers, timeout=60, **kw)
+
+
+def task(name: str, script: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "Name": name,
+        "Driver": "raw_exec",
+        "Config": {"command": sys.executable, "args": ["-c", script]},
+        "Resources": {"CPU": 50, "MemoryMB": 32},
+        **extra,
+    }
+
+
+def job(job_id: str, tasks: list[dict[str, Any]], *, kind: str = "batch", count: int = 1, **kw):
+    return {
+        "ID": job_id,
+        "Name": job_id,
+        "Type": kind,
+        "Datacenters": ["dc1"],
+        "TaskGroups": [{"Name": "g", "Count": count, "Tasks": tasks}],
+        **kw,
+    }
+
+
+def allocs_of(n: nomad.Nomad, job_id: str) -> list[dict[str, Any]]:
+    return n.job.get_allocations(job_id)
+
+
+def running(n: nomad.Nomad, job_id: str, count: int = 1) -> list[dict[str, Any]]:
+    def check() -> Any:
+        live = [a for a in allocs_of(n, job_id) if a["ClientStatus"] == "running"]
+        return live if len(live) == count else None
+
+    try:
+        return until(check, what=f"{count} running allocs of {job_id}")
+    except AssertionError:
+        states = [(a["ClientStatus"], a.get("TaskStates")) for a in allocs_of(n, job_id)]
+        raise AssertionError(f"{count} running allocs of {job_id}: {states}") from None
+
+
+SLEEPER = "import time\nprint('up', flush=True)\ntime.sleep(600)"
+
+
+def test_reregister_unchanged_job_keeps_version(n: nomad.Nomad) -> None:
+    spec = job("same", [task("t", SLEEPER)], kind="service")
+    first = n.jobs.register_job({"Job": spec})
+    running(n, "same")  # the summary now carries queued counts the spec doesn't have
+    again = n.jobs.register_job({"Job": spec})
+    assert again["JobModifyIndex"] == first["JobModifyIndex"]
+    assert n.job.get_job("same")["Version"] == 0
+    assert len(n.job.get_versions("same")["Versions"]) == 1
+
+
+def test_logs_read_followed_and_files(d: DevProcess, n: nomad.Nomad) -> None:
+    script = (
+        "import sys, time\n"
+        "for i in range(30):\n"
+        "    print(f'line {i}', flush=True)\n"
+        "    time.sleep(0.2)\n"
+        "print('oops', file=sys.stderr, flush=True)\n"
+    )
+    n.jobs.register_job({"Job": job("logs", [task("w", script)])})
+    alloc = until(lambda: (allocs_of(n, "logs") or [None])[0], what="an alloc")
+    until(lambda: allocs_of(n, "logs")[0]["ClientStatus"] == "running", what="running")
+    # Followed while it writes: the first lines arrive while the task still runs, and the
+    # stream ends when the task is done, holding every line.
+    url = f"{d.scheduler}/v1/client/fs/logs/{alloc['ID']}"
+    params = {"task": "w", "type": "stdout", "follow": "true", "plain": "true"}
+    headers = {"X-Nomad-Token": d.root_token}
+    with requests.get(url, params=params, headers=headers, stream=True, timeout=60) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        assert next(lines) == b"line 0"
+        assert allocs_of(n, "logs")[0]["ClientStatus"] == "running"  # still writing
+        rest = [line.decode() for line in lines]
+    assert rest == [f"line {i}" for i in range(1, 30)]
+    followed = n.client.stream_logs.stream(alloc["ID"], "w", "stdout", follow=True, plain=True)
+    assert followed.splitlines() == [f"line {i}" for i in range(30)]
+    # Nomad's framed JSON by default: base64 data with file and offset.
+    framed = http(
+        d, "GET", f"/v1/client/fs/logs/{alloc['ID']}", params={"task": "w", "type": "stderr"}
+    )
+    assert framed.status_code == 200, framed.text
+    frame = json.loads(framed.text)
+    assert base64.b64decode(frame["Data"]) == b"oops\n"
+    assert frame["File"] == "alloc/logs/w.stderr.0"
+    tail = n.client.stream_logs.stream(
+        alloc["ID"], "w", "stdout", origin="end", offset=8, plain=True
+    )
+    assert tail == "line 29\n"
+    listing = n.client.ls.list_files(alloc["ID"], "alloc/logs")
+    assert {f["Name"] for f in listing} >= {"w.stdout.0", "w.stderr.0"}
+    assert n.client.cat.read_file(alloc["ID"], "alloc/logs/w.stderr.0") == "oops\n"
+    st = n.client.stat.stat_file(alloc["ID"], "alloc/logs/w.stdout.0")
+    assert st["Size"] == len(followed) and not st["IsDir"]
+    part = n.client.read_at.read_file_offset(alloc["ID"], 5, 1, "alloc/logs/w.stdout.0")
+    assert part == "0"
+    # Confined to the allocation's directory.
+    for bad in ("../../", "alloc/../../x", "/../client-id"):
+        r = http(d, "GET", f"/v1/client/fs/cat/{alloc['ID']}", params={"path": bad})
+        assert r.status_code in (400, 403), (bad, r.status_code)
+    r = http(d, "GET", f"/v1/client/fs/logs/{alloc['ID']}", params={"task": "w", "type": "x"})
+    assert r.status_code == 400
+    assert http(d, "GET", "/v1/client/fs/ls/nope", params={"path": "/"}).status_code == 404
+
+
+def test_plan_scale_and_revert(d: DevProcess, n: nomad.Nomad) -> None:
+    spec = job("web", [task("t", SLEEPER)], kind="service", count=1)
+    # Room for the destructive update beside the two new placements (the rolling limit).
+    spec["TaskGroups"][0]["Update"] = {"MaxParallel": 3, "MinHealthyTime": 0}
+    n.jobs.register_job({"Job": spec})
+    running(n, "web")
+    changed = json.loads(json.dumps(spec))
+    changed["TaskGroups"][0]["Count"] = 3
+    changed["TaskGroups"][0]["Tasks"][0]["Env"] = {"V": "2"}
+    before = n.job.get_job("web")["Version"]
+    plan = n.job.plan_job("web", {"Job": changed}, diff=True)
+    assert n.job.get_job("web")["Version"] == before  # nothing written
+    updates = plan["Annotations"]["DesiredTGUpdates"]["g"]
+    assert updates["Place"] == 2 and updates["DestructiveUpdate"] == 1, updates
+    group = plan["Diff"]["TaskGroups"][0]
+    count = next(f for f in group["Fields"] if f["Name"] == "Count")
+    assert (count["Old"], count["New"], count["Annotations"]) == ("1", "3", ["forces create"])
+    assert group["Tasks"][0]["Annotations"] == ["forces create/destroy update"]
+    assert plan["Diff"]["Type"] == "Edited"
+    # Scale up, then down, with messages in the scaling events.
+    up = n.job.request(
+        "web",
+        "scale",
+        method="post",
+        json={"Count": 3, "Target": {"Group": "g"}, "Message": "more"},
+    ).json()
+    assert up["EvalID"]
+    running(n, "web", 3)
+    n.job.request(
+        "web",
+        "scale",
+        method="post",
+        json={"Count": 2, "Target": {"Group": "g"}, "Message": "less"},
+    )
+    running(n, "web", 2)
+    status = n.job.request("web", "scale", method="get").json()
+    g = status["TaskGroups"]["g"]
+    assert g["Desired"] == 2
+    assert [e["Message"] for e in g["Events"]] == ["less", "more"]
+    assert http(d, "POST", "/v1/job/web/scale", json={"Count": 1}).status_code == 400
+    # Revert to version 0 (count 1): a new version with the old spec.
+    version = n.job.get_job("web")["Version"]
+    r = http(d, "POST", "/v1/job/web/revert", json={"JobVersion": 0, "EnforcePriorVersion": 0})
+    assert r.status_code == 400  # the prior version is not 0
+    n.job.revert_job("web", 0, enforce_prior_version=version)
+    reverted = n.job.get_job("web")
+    assert reverted["Version"] == version + 1 and reverted["TaskGroups"][0]["Count"] == 1
+    running(n, "web", 1)
+
+
+def test_dispatch_with_payload_and_meta(d: DevProcess, n: nomad.Nomad) -> None:
+    reader = "print(open('local/input.txt').read(), flush=True)"
+    spec = job(
+        "param",
+        [task("r", reader, DispatchPayload={"File": "input.txt"})],
+        ParameterizedJob={"Payload": "required", "MetaRequired": ["who"], "MetaOptional": []},
+    )
+    n.jobs.register_job({"Job": spec})
+    assert n.job.get_job("param")["Status"] == "running"
+    payload = base64.b64encode(b"hello payload").decode()
+    r = http(d, "POST", "/v1/job/param/dispatch", json={"Payload": payload})
+    assert r.status_code == 400 and "who" in r.text
+    r = http(d, "POST", "/v1/job/param/dispatch", json={"Meta": {"who": "me"}})
+    assert r.status_code == 400 and "required" in r.text
+    out = n.job.dispatch_job("param", payload=payload, meta={"who": "me"})
+    child = out["DispatchedJobID"]
+    assert child.startswith("param/dispatch-")
+
+    def done() -> Any:
+        allocs = [a for a in n.allocations.get_allocations() if a["JobID"] == child]
+        return allocs[0] if allocs and allocs[0]["ClientStatus"] in ("complete", "failed") else None
+
+    alloc = until(done, what="the dispatched job to finish")
+    assert alloc["ClientStatus"] == "complete"
+    logs = n.client.stream_logs.stream(alloc["ID"], "r", "stdout", plain=True)
+    assert logs.strip() == "hello payload"
+    summary = n.job.get_summary("param")
+    assert sum(summary["Children"].values()) == 1
+
+
+def test_periodic_force(d: DevProcess, n: nomad.Nomad) -> None:
+    spec = job(
+        "cron",
+        [task("c", "print('tick')")],
+        Periodic={
+            "Enabled": True,
+            "Spec": "0 0 1 1 *",
+            "SpecType": "cron",
+            "ProhibitOverlap": True,
+            "TimeZone": "Europe/Paris",
+        },
+    )
+    n.jobs.register_job({"Job": spec})
+    plan = n.job.plan_job("cron", {"Job": spec})
+    assert plan["NextPeriodicLaunch"].endswith("-12-31T23:00:00Z")  # midnight in Paris
+    forced = n.job.periodic_job("cron")
+    assert forced["EvalID"]
+    children = until(
+        lambda: [j for j in n.jobs.get_jobs() if j["ParentID"] == "cron"], what="a child"
+    )
+    assert children[0]["ID"].startswith("cron/periodic-")
+    r = http(d, "POST", "/v1/job/web/periodic/force")
+    assert r.status_code in (400, 404)
+
+
+def test_alloc_stop_replaces_it(n: nomad.Nomad) -> None:
+    n.jobs.register_job({"Job": job("stopme", [task("t", SLEEPER)], kind="service")})
+    [alloc] = running(n, "stopme")
+    out = n.allocation.stop_allocation(alloc["ID"])
+    assert out["EvalID"]
+
+    def replaced() -> Any:
+        live = [a for a in allocs_of(n, "stopme") if a["ClientStatus"] == "running"]
+        return live if live and live[0]["ID"] != alloc["ID"] else None
+
+    new = until(replaced, what="a replacement")
+    assert new[0]["Name"] == alloc["Name"]
+
+
+TRAPPER = """
+import signal, sys, time
+signal.signal(signal.SIGUSR1, lambda *_: print("got usr1", flush=True))
+print("start", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_alloc_restart_and_signal(d: DevProcess, n: nomad.Nomad) -> None:
+    n.jobs.register_job({"Job": job("trap", [task("t", TRAPPER)], kind="service")})
+    [alloc] = running(n, "trap")
+
+    def logs() -> str:
+        return n.client.stream_logs.stream(alloc["ID"], "t", "stdout", plain=True)
+
+    until(lambda: logs() == "start\n", what="the task's first output")
+    n.client.allocation.signal_allocation(alloc["ID"], "SIGUSR1", task="t")
+    until(lambda: logs() == "start\ngot usr1\n", what="the signal handled")
+    n.client.allocation.restart_allocation(alloc["ID"])
+    until(lambda: logs() == "start\ngot usr1\nstart\n", what="a second start")
+    state = n.allocation.get_allocation(alloc["ID"])["TaskStates"]["t"]
+    assert state["Restarts"] == 1 and state["State"] == "running"
+    assert [a["ID"] for a in running(n, "trap")] == [alloc["ID"]]  # restarted in place
+    r = http(d, "POST", f"/v1/client/allocation/{alloc['ID']}/signal", json={"Signal": "NOPE"})
+    assert r.status_code == 400
+
+
+def test_search_prefix(d: DevProcess, n: nomad.Nomad) -> None:
+    n.jobs.register_job({"Job": job("searchable-1", [task("t", "print(1)")])})
+    got = n.search.search("searchable", "jobs")
+    assert got["Matches"]["jobs"] == ["searchable-1"]
+    assert got["Truncations"]["jobs"] is False
+    everything = n.search.search("searchable", "all")
+    assert "nodes" in everything["Matches"]
+    fuzzy = n.search.fuzzy_search("rchab", "all")
+    assert {"ID": "searchable-1", "Scope": ["default"]} in fuzzy["Matches"]["jobs"]
+    r = http(d, "POST", "/v1/search/fuzzy", json={"Text": "x", "Context": "all"})
+    assert r.status_code == 400
+
+
+def test_purge_and_gc_remove_records(d: DevProcess, n: nomad.Nomad) -> None:
+    n.jobs.register_job({"Job": job("gcme", [task("t", "print('bye')")])})
+    until(
+        lambda: [a for a in allocs_of(n, "gcme") if a["ClientStatus"] == "complete"],
+        what="the batch job to finish",
+    )
+    evals = [e["ID"] for e in n.job.get_evaluations("gcme")]
+    allocs = [a["ID"] for a in allocs_of(n, "gcme")]
+    assert evals and allocs
+    r = http(d, "DELETE", "/v1/job/gcme", params={"purge": "true"})
+    assert r.status_code == 200
+    assert n.system.initiate_garbage_collection()
+    for ev in evals:
+        assert http(d, "GET", f"/v1/evaluation/{ev}").status_code == 404
+    for a in allocs:
+        assert http(d, "GET", f"/v1/allocation/{a}").status_code == 404
+    assert n.search.search("gcme", "all")["Matches"].get("jobs") == []
+
+
+def _client_env(d: DevProcess) -> dict[str, str]:
+    nats_url = next(line.split()[-1] for line in d.output if line.startswith("NATS:"))
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if b"services.cli" not in cmd or b"client" not in cmd:
+                continue
+            raw = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        env = dict(i.decode().split("=", 1) for i in raw.split(b"\0") if b"=" in i)
+        if env.get("TRELLIS_NATS_URL") == nats_url:
+            return env
+    raise AssertionError("the dev client agent was not found")
+
+
+def test_drain_moves_allocation(d: DevProcess, n: nomad.Nomad, tmp_path: Path) -> None:
+    n.jobs.register_job({"Job": job("drained", [task("t", SLEEPER)], kind="service")})
+    [alloc] = running(n, "drained")
+    first_node = alloc["NodeID"]
+    env = {**_client_env(d), "TRELLIS_DATA_DIR": str(tmp_path / "client2")}
+    log = open(tmp_path / "client2.log", "wb")  # noqa: SIM115
+    second = subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "run", "client", "--datacenter", "dc1"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        until(lambda: len(n.nodes.get_nodes()) == 2, what="a second node")
+        out = n.node.drain_node_with_spec(first_node, {"Deadline": 60_000_000_000})
+        assert out["NodeModifyIndex"]
+        node = n.node.get_node(first_node)
+        assert node["SchedulingEligibility"] == "ineligible" and node["DrainStrategy"]
+
+        def moved() -> Any:
+            live = [a for a in allocs_of(n, "drained") if a["ClientStatus"] == "running"]
+            return live if live and live[0]["NodeID"] != first_node else None
+
+        [new] = until(moved, what="the allocation on the second node")
+        assert new["Name"] == alloc["Name"]
+        until(lambda: not n.node.get_node(first_node)["DrainStrategy"], what="drain complete")
+        assert n.node.get_node(first_node)["LastDrain"]["Status"] == "complete"
+        n.node.eligible_node(first_node, eligible=True)
+        assert n.node.get_node(first_node)["SchedulingEligibility"] == "eligible"
+    finally:
+        second.terminate()
+        try:
+            second.wait(20)
+        except subprocess.TimeoutExpired:
+            second.kill()
+            second.wait()
+        log.close()
+
+
+SHOW_SECRET = """
+import json, os, time, urllib.request
+print("PASSWORD=" + os.environ.get("PASSWORD", "<unset>"), flush=True)
+token = os.environ.get("VAULT_TOKEN", "")
+print("token-file=" + str(open("secrets/vault_token").read() == token), flush=True)
+req = urllib.request.Request(
+    os.environ["SECRETS_ADDR"] + "/v1/auth/token/lookup-self", headers={"X-Vault-Token": token}
+)
+me = json.load(urllib.request.urlopen(req))["data"]
+print("policies=" + ",".join(sorted(me["policies"])), flush=True)
+# For the test only: where it can find the token to see it revoked.
+open("local/token-for-test", "w").write(token)
+time.sleep(600)
+"""
+
+
+def secrets_api(d: DevProcess, method: str, path: str, body: Any = None, token: str = "") -> Any:
+    r = requests.request(
+        method,
+        d.secrets + path,
+        json=body,
+        headers={"X-Vault-Token": token or d.root_token},
+        timeout=30,
+    )
+    return r
+
+
+def test_template_renders_a_kv_secret_and_follows_changes(d: DevProcess, n: nomad.Nomad) -> None:
+    r = secrets_api(d, "POST", "/v1/secret/data/app", {"data": {"password": "first-pw"}})
+    assert r.status_code == 200, r.text
+    rules = 'path "secret/data/app" { capabilities = ["read"] }'
+    assert secrets_api(d, "PUT", "/v1/sys/policies/acl/app-read", {"policy": rules}).ok
+    tpl = '{{ with secret "secret/data/app" }}PASSWORD={{ .Data.data.password }}{{ end }}'
+    t = task(
+        "app",
+        SHOW_SECRET,
+        Env={"SECRETS_ADDR": d.secrets},
+        Vault={"Policies": ["app-read"]},
+        Templates=[
+            {
+                "EmbeddedTmpl": tpl,
+                "DestPath": "secrets/app.env",
+                "Envvars": True,
+                "ChangeMode": "restart",
+            }
+        ],
+    )
+    n.jobs.register_job({"Job": job("secretive", [t], kind="service")})
+    [alloc] = running(n, "secretive")
+
+    def out() -> str:
+        return n.client.stream_logs.stream(alloc["ID"], "app", "stdout", plain=True)
+
+    until(lambda: "PASSWORD=first-pw" in out(), what="the secret in the task's environment")
+    # The task's token (env and secrets/vault_token): its policies only, never root.
+    until(lambda: "policies=app-read,default" in out(), what="the task's token looked up")
+    assert "token-file=True" in out()
+    token = n.client.cat.read_file(alloc["ID"], "app/local/token-for-test")
+    assert token and token != d.root_token
+    r = http(d, "GET", f"/v1/client/fs/cat/{alloc['ID']}", params={"path": "app/secrets/app.env"})
+    assert r.status_code == 403 and "first-pw" not in r.text  # the secrets dir is never served
+    # The secret changes: the template renders again and the task restarts with it.
+    assert secrets_api(d, "POST", "/v1/secret/data/app", {"data": {"password": "second-pw"}}).ok
+    until(lambda: "PASSWORD=second-pw" in out(), what="the new secret after a restart")
+    # Never in the job, the allocation or its evaluation as the API shows them.
+    views = [
+        http(d, "GET", "/v1/job/secretive").text,
+        http(d, "GET", f"/v1/allocation/{alloc['ID']}").text,
+        http(d, "GET", "/v1/job/secretive/evaluations").text,
+    ]
+    for v in views:
+        assert "first-pw" not in v and "second-pw" not in v and token not in v
+    # Stopping the allocation's job revokes its token.
+    n.job.deregister_job("secretive")
+    until(
+        lambda: secrets_api(d, "GET", "/v1/auth/token/lookup-self", token=token).status_code == 403,
+        what="the task token revoked",
+    )
+
+
+def test_event_stream_streams_through_the_gateway(d: DevProcess, n: nomad.Nomad) -> None:
+    url = d.scheduler + "/v1/event/stream"
+    headers = {"X-Nomad-Token": d.root_token}
+    params = {"topic": ["Job:streamed", "Allocation:streamed"], "index": "0"}
+    seen: list[dict[str, Any]] = []
+    with requests.get(url, params=params, headers=headers, stream=True, timeout=60) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        # The stream is open before the job exists: what follows arrives as it happens.
+        n.jobs.register_job({"Job": job("streamed", [task("t", "print(1)")])})
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = next(lines)
+            if not line:
+                continue
+            frame = json.loads(line)
+            seen += frame.get("Events") or []
+            topics = {(e["Topic"], e["Type"]) for e in seen}
+            if ("Job", "JobRegistered") in topics and ("Allocation", "PlanResult") in topics:
+                break
+    assert all(e["Key"] == "streamed" or "streamed" in (e["FilterKeys"] or []) for e in seen)
+    job_event = next(e for e in seen if e["Topic"] == "Job")
+    assert job_event["Payload"]["Job"]["ID"] == "streamed"
+    # Resuming from an index gives only what came after it.
+    after = max(e["Index"] for e in seen)
+    with requests.get(
+        url, params={**params, "index": str(after)}, headers=headers, stream=True, timeout=60
+    ) as r:
+        first = json.loads(next(line for line in r.iter_lines() if line))
+    assert all(e["Index"] > after for e in first.get("Events") or [])
+    bad = requests.get(url, params={"topic": "Nope"}, headers=headers, timeout=30)
+    assert bad.status_code == 400

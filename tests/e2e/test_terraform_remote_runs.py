@@ -1,0 +1,237 @@
+"""Remote runs with the real `terraform` 1.0.3 against `trellis dev --tls`: the `remote`
+backend on workspaces in remote execution mode. `terraform apply` uploads the configuration,
+Trellis plans and applies it as batch jobs on its own scheduler and the CLI prints the logs
+as they stream; `terraform plan` is speculative; variables set through the API reach the run
+and the sensitive one never shows; `terraform_remote_state` inside a run obeys the remote
+state consumers list. Configurations hold outputs only: nothing is downloaded."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import requests
+
+from tests.procs import DevProcess
+from tests.terraform_helpers import (
+    Api,
+    Tf,
+    assert_not_in_data_dir,
+    create_org,
+    grant,
+    remote_state_config,
+    team_with_token,
+    tls_dev,
+    workspace,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def trellis() -> Iterator[DevProcess]:
+    with tls_dev() as d:
+        yield d
+
+
+def variable(api: Api, token: str, ws: str, key: str, value: str, *, sensitive: bool) -> None:
+    api.ok(
+        "POST",
+        f"/workspaces/{ws}/vars",
+        token,
+        {
+            "data": {
+                "type": "vars",
+                "attributes": {
+                    "key": key,
+                    "value": value,
+                    "category": "terraform",
+                    "sensitive": sensitive,
+                },
+            }
+        },
+        201,
+    )
+
+
+def must(res: Any) -> Any:
+    """A terraform command that must succeed; its whole output otherwise."""
+    if res.returncode != 0:
+        pytest.fail(f"terraform failed:\n{res.stdout}\n{res.stderr}", pytrace=False)
+    return res
+
+
+def runs_of(api: Api, token: str, ws: str) -> list[dict[str, Any]]:
+    return api.ok("GET", f"/workspaces/{ws}/runs", token)["data"]
+
+
+APP = """variable "greeting" {}
+variable "db_password" {
+  sensitive = true
+}
+output "greeting" {
+  value = var.greeting
+}
+output "pw_length" {
+  value = nonsensitive(length(var.db_password))
+}
+output "db_password" {
+  value     = var.db_password
+  sensitive = true
+}
+"""
+
+
+def test_remote_runs_on_the_scheduler(trellis: DevProcess, tmp_path: Path) -> None:
+    api = Api(trellis)
+    admin = trellis.root_token
+    host = f"localhost:{urlsplit(trellis.workspace).port}"
+    create_org(api, admin)
+    app = workspace(api, admin, "app")
+    ops, ops_token = team_with_token(api, admin, "ops")
+    grant(api, admin, ops, app, "write")
+    marker = f"pw-{uuid.uuid4().hex}"
+    variable(api, ops_token, app, "greeting", "hello-trellis", sensitive=False)
+    variable(api, ops_token, app, "db_password", marker, sensitive=True)
+
+    tf = Tf(tmp_path, "app", host, ops_token, trellis.ca_file)
+    tf.write("app", APP)
+    tf.run("init", "-input=false", "-no-color")
+    res = must(tf.run("apply", "-auto-approve", "-input=false", "-no-color", check=False))
+    out = res.stdout + res.stderr
+    # The remote backend streamed the plan and the apply from the run's jobs.
+    assert "Running apply in the remote backend" in out, out
+    assert "Terraform plan on Trellis" in out, out
+    assert "Changes to Outputs" in out, out
+    assert "Apply complete!" in out, out
+    assert 'greeting = "hello-trellis"' in out, out
+    assert f"pw_length = {len(marker)}" in out, out
+    assert marker not in out
+    first = api.ok("GET", f"/workspaces/{app}/current-state-version", ops_token)["data"]
+    outputs = api.ok("GET", f"/workspaces/{app}/current-state-version-outputs", ops_token)["data"]
+    assert {o["attributes"]["name"]: o["attributes"]["value"] for o in outputs}["greeting"] == (
+        "hello-trellis"
+    )
+    applied = runs_of(api, ops_token, app)
+    assert applied[0]["attributes"]["status"] == "applied", applied[0]
+    assert first["relationships"]["run"]["data"]["id"] == applied[0]["id"]
+    ws_doc = api.ok("GET", f"/workspaces/{app}", ops_token)["data"]
+    assert ws_doc["attributes"]["locked"] is False
+    assert ws_doc["relationships"]["current-run"]["data"] is None
+    assert ws_doc["relationships"]["latest-run"]["data"]["id"] == applied[0]["id"]
+
+    # The plan's log: readable at its log-read-url, framed STX ... ETX, nothing sensitive.
+    run_id = applied[0]["id"]
+    plan_id = applied[0]["relationships"]["plan"]["data"]["id"]
+    plan = api.ok("GET", f"/plans/{plan_id}", ops_token)["data"]["attributes"]
+    assert plan["status"] == "finished" and plan["has-changes"] is True
+    log = requests.get(plan["log-read-url"], verify=trellis.ca_file, timeout=10)
+    assert log.status_code == 200
+    assert log.content.startswith(b"\x02") and log.content.endswith(b"\x03")
+    assert b"Changes to Outputs" in log.content and marker.encode() not in log.content
+    part = requests.get(
+        plan["log-read-url"], params={"offset": 1, "limit": 9}, verify=trellis.ca_file, timeout=10
+    )
+    assert part.content == log.content[1:10]
+    forged = plan["log-read-url"].rsplit("/", 1)[0] + "/" + "0" * 64
+    assert requests.get(forged, verify=trellis.ca_file, timeout=10).status_code == 404
+
+    # The scheduler ran both phases as batch jobs named after the run; no secret in the specs.
+    for phase in ("plan", "apply"):
+        job = requests.get(
+            f"{trellis.scheduler}/v1/job/trellis-{run_id}-{phase}",
+            verify=trellis.ca_file,
+            timeout=10,
+        )
+        assert job.status_code == 200, job.text
+        assert job.json()["Type"] == "batch"
+        assert marker not in job.text and ops_token not in job.text
+        allocs = requests.get(
+            f"{trellis.scheduler}/v1/job/trellis-{run_id}-{phase}/allocations",
+            verify=trellis.ca_file,
+            timeout=10,
+        ).json()
+        assert [a["ClientStatus"] for a in allocs] == ["complete"]
+
+    # `terraform plan` is speculative: a plan-only run, no new state.
+    tf.write("app", APP.replace("var.greeting", "upper(var.greeting)"))
+    res = tf.run("plan", "-input=false", "-no-color")
+    assert "HELLO-TRELLIS" in res.stdout, res.stdout
+    latest = runs_of(api, ops_token, app)
+    assert latest[0]["attributes"]["plan-only"] is True
+    assert latest[0]["attributes"]["status"] == "planned_and_finished"
+    assert latest[1]["id"] == run_id  # newest first
+    now = api.ok("GET", f"/workspaces/{app}/current-state-version", ops_token)["data"]
+    assert now["id"] == first["id"]
+
+    # terraform_remote_state inside a run: workspace C reads R's outputs only as its consumer.
+    net = workspace(api, admin, "network")
+    grant(api, admin, ops, net, "write")
+    rtf = Tf(tmp_path, "network", host, ops_token, trellis.ca_file)
+    rtf.write("network", 'output "vpc_id" {\n  value = "vpc-42"\n}\n')
+    rtf.run("init", "-input=false", "-no-color")
+    rtf.run("apply", "-auto-approve", "-input=false", "-no-color")
+    consumer = workspace(api, admin, "consumer")
+    grant(api, admin, ops, consumer, "write")
+    ctf = Tf(tmp_path, "consumer", host, ops_token, trellis.ca_file)
+    ctf.write("consumer", remote_state_config(host, "network"))
+    ctf.run("init", "-input=false", "-no-color")
+    # The ops team may read `network`, but the run's token may not: it is not a consumer.
+    denied = ctf.run("apply", "-auto-approve", "-input=false", "-no-color", check=False)
+    assert denied.returncode != 0, denied.stdout
+    failed = runs_of(api, ops_token, consumer)[0]["attributes"]
+    assert failed["status"] == "errored", failed
+    assert (
+        api.ok("GET", f"/workspaces/{consumer}", ops_token)["data"]["attributes"]["locked"] is False
+    )
+    api.ok(
+        "POST",
+        f"/workspaces/{net}/relationships/remote-state-consumers",
+        admin,
+        {"data": [{"type": "workspaces", "id": consumer}]},
+        204,
+    )
+    ok = ctf.run("apply", "-auto-approve", "-input=false", "-no-color")
+    assert 'vpc = "vpc-42"' in ok.stdout, ok.stdout
+    assert runs_of(api, ops_token, consumer)[0]["attributes"]["status"] == "applied"
+
+    # Nothing under the data dir holds the sensitive value in clear.
+    assert_not_in_data_dir(trellis, marker)
+
+
+def test_remote_run_with_scheduler_acls(tmp_path: Path) -> None:
+    """With scheduler ACLs the workspace service submits run jobs with a client token of its
+    own (a policy limited to jobs), provisioned by `trellis dev --acl`: never the root token."""
+    with tls_dev("--acl") as d:
+        api = Api(d)
+        admin = d.root_token
+        host = f"localhost:{urlsplit(d.workspace).port}"
+        create_org(api, admin, "o@e.x")
+        ws = workspace(api, admin, "acl")
+        tf = Tf(tmp_path, "acl", host, admin, d.ca_file)
+        tf.write("acl", 'output "x" {\n  value = "through-acls"\n}\n')
+        tf.run("init", "-input=false", "-no-color")
+        res = must(tf.run("apply", "-auto-approve", "-input=false", "-no-color", check=False))
+        assert 'x = "through-acls"' in res.stdout
+        run_id = runs_of(api, admin, ws)[0]["id"]
+        headers = {"X-Nomad-Token": admin}
+        job = requests.get(
+            f"{d.scheduler}/v1/job/trellis-{run_id}-apply",
+            headers=headers,
+            verify=d.ca_file,
+            timeout=10,
+        )
+        assert job.status_code == 200, job.text
+        # Anonymous callers see nothing; the workspace's token is a client token.
+        anon = requests.get(f"{d.scheduler}/v1/jobs", verify=d.ca_file, timeout=10)
+        assert anon.status_code == 403
+        tokens = requests.get(
+            f"{d.scheduler}/v1/acl/tokens", headers=headers, verify=d.ca_file, timeout=10
+        ).json()
+        mine = [t for t in tokens if t["Name"] == "workspace remote runs"]
+        assert len(mine) == 1 and mine[0]["Type"] == "client"
+        assert mine[0]["Policies"] == ["trellis-remote-runs"]

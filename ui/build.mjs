@@ -1,0 +1,27 @@
+// Builds the console into the Python package (services/gateway/ui_static/), which is committed:
+// pip and CI need no Node. Same inputs (package-lock.json) give the same bytes.
+import { build } from "esbuild";
+import { copyFileSync, mkdirSync, rmSync } from "node:fs";
+
+const out = new URL("../services/gateway/ui_static/", import.meta.url).pathname;
+rmSync(out, { recursive: true, force: true });
+mkdirSync(out + "assets", { recursive: true });
+await build({
+  entryPoints: ["src/main.js"],
+  bundle: true,
+  minify: true,
+  format: "esm",
+  target: ["es2020"],
+  legalComments: "none",
+  outfile: out + "assets/app.js",
+  logLevel: "warning",
+});
+await build({
+  entryPoints: ["src/style.css"],
+  bundle: true,
+  minify: true,
+  outfile: out + "assets/app.css",
+  logLevel: "warning",
+});
+copyFileSync("src/index.html", out + "index.html");
+copyFileSync("src/favicon.svg", out + "assets/favicon.svg");
