@@ -11,6 +11,9 @@ whether every answer was a 200, and the CPU each request cost in every process (
 /proc/<pid>/stat before and after each run). `--profile DIR` adds, after the measured rounds, one
 extra Trellis run of KV read and of token create under `py-spy record` (gateway and secrets
 service) and prints the top functions by self time; the measured figures never include it.
+OpenBao is initialised and unsealed over the HTTP API (what `bao operator init -key-shares=1`
+and `bao operator unseal` send). Exits 1 while any goal is not met. Method and findings:
+docs/performance.md.
 """
 
 from __future__ import annotations
@@ -203,14 +206,14 @@ def format_table(rows: list[Row]) -> str:
 def format_cpu(rows: list[Row]) -> str:
     """CPU ms per request, per process kind, averaged over the rounds."""
     roles = sorted({k for r in rows for x in r.trellis for k in x.cpu_ms})
-    head = f"{'workload':<38}{'bao':>8}" + "".join(f"{k:>10}" for k in roles) + f"{'trellis':>10}"
+    head = f"{'workload':<38}{'bao':>8}" + "".join(f"{k:>12}" for k in roles) + f"{'trellis':>10}"
     lines = ["CPU ms per request", head, "-" * len(head)]
     for r in rows:
         per = {k: mean([x.cpu_ms.get(k, 0.0) for x in r.trellis]) for k in roles}
         bao = mean([x.cpu_ms.get("bao", 0.0) for x in r.bao])
         lines.append(
             f"{r.workload.title:<38}{bao:>8.3f}"
-            + "".join(f"{per[k]:>10.3f}" for k in roles)
+            + "".join(f"{per[k]:>12.3f}" for k in roles)
             + f"{sum(per.values()):>10.3f}"
         )
     return "\n".join(lines)
@@ -328,8 +331,15 @@ def openbao_raft() -> Iterator[Server]:
     )
     addr = f"http://127.0.0.1:{port}"
     try:
-        # 501: not initialised; any answer means it listens.
-        wait_for("bao server", lambda: requests.get(f"{addr}/v1/sys/health", timeout=2) is not None)
+
+        def listening() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError(f"bao server exited: {(tmp / 'bao.log').read_text()}")
+            # Any answer (501: not initialised) means it listens.
+            requests.get(f"{addr}/v1/sys/health", timeout=2)
+            return True
+
+        wait_for("bao server", listening)
         r = requests.put(
             f"{addr}/v1/sys/init", json={"secret_shares": 1, "secret_threshold": 1}, timeout=30
         )
@@ -463,7 +473,11 @@ def top_inclusive(
             seen = set()
             for i in stack:
                 f = frames[i]
-                if not any(u in f.get("file", "") for u in under):
+                # The process's entry point is on every stack: it says nothing.
+                if not any(u in f.get("file", "") for u in under) or f["name"] in (
+                    "main",
+                    "<module>",
+                ):
                     continue
                 seen.add(f"{f['name']} ({Path(f['file']).name})")
             for where in seen:

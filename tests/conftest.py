@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from services.dev_launch import stop_process
 from shared.localnet import free_port
 from shared.nats_binary import MISSING as NATS_MISSING
 from shared.nats_binary import find_nats_server
@@ -63,11 +65,7 @@ def nats_url() -> Iterator[str]:
     try:
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, signal.SIGTERM, 10)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

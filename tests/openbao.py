@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import requests
 
+from services.dev_launch import stop_process
 from shared.localnet import free_port
 
 
@@ -76,11 +78,6 @@ def openbao_dev(root_token: str | None = None) -> Iterator[OpenBao]:
             time.sleep(0.1)
         yield OpenBao(addr, token, proc, log)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, signal.SIGTERM, 10)
         logf.close()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -32,6 +32,19 @@ def csv(value: str | None) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]
 
 
+def include_param(query: dict[str, str], valid: Sequence[str]) -> list[str]:
+    """The `include` list, each one of `valid` (a 400 naming them otherwise)."""
+    inc = csv(query.get("include"))
+    for i in inc:
+        if i not in valid:
+            raise ApiError(
+                400,
+                f"invalid include parameter {i!r}; valid values: {', '.join(valid)}",
+                title="invalid include",
+            )
+    return inc
+
+
 def bool_param(query: dict[str, str], key: str) -> bool | None:
     if key not in query:
         return None

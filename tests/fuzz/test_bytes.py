@@ -28,7 +28,7 @@ from services.crypto.service import CryptoService
 from shared.bus import Bus
 from tests.fuzz.cluster import EXAMPLE_JOB, EXAMPLE_ORG, FuzzTarget, start_target
 from tests.fuzz.mutations import Case, Operation, cases, operations, random_cases, sample
-from tests.fuzz.test_schemathesis import SECRETS_EXCLUDE
+from tests.fuzz.test_schemathesis import SCHEDULER_EXCLUDE, SECRETS_EXCLUDE
 
 pytestmark = [pytest.mark.nats, pytest.mark.asyncio(loop_scope="module")]
 
@@ -84,6 +84,9 @@ async def target(nats_url: str) -> AsyncIterator[FuzzTarget]:
         role = {"allow_any_name": True, "max_ttl": "1h"}
         async with s.post(url + f"{PKI_MOUNT}/roles/{FUZZ}", json=role) as r:
             assert r.status in (200, 204), await r.text()
+        # And transit, so that its key, encrypt and sign paths are fuzzed too.
+        async with s.post(url + "sys/mounts/transit", json={"type": "transit"}) as r:
+            assert r.status in (200, 204), await r.text()
     yield t
     await t.close()
 
@@ -116,7 +119,15 @@ def _apis(t: FuzzTarget, ws_id: str) -> list[Api]:
             {"Authorization": f"Bearer {t.admin_token}"},
             {"org": EXAMPLE_ORG, "name": "my-workspace", "workspace-id": ws_id},
         ),
-        Api("scheduler", t.scheduler_url, "/v1/openapi.json", "", {}, {"job-id": EXAMPLE_JOB}),
+        Api(
+            "scheduler",
+            t.scheduler_url,
+            "/v1/openapi.json",
+            "",
+            {},
+            {"job-id": EXAMPLE_JOB},
+            exclude=re.compile(SCHEDULER_EXCLUDE),
+        ),
     ]
 
 
@@ -138,6 +149,16 @@ def _examples(api: Api) -> Any:
     return fill
 
 
+def _failed_batch(doc: Any) -> bool:
+    results = (doc.get("data") or {}).get("batch_results") if isinstance(doc, dict) else None
+    return (
+        isinstance(results, list)
+        and bool(results)
+        and all(isinstance(r, dict) for r in results)
+        and any(isinstance(r.get("error"), str) and r["error"] for r in results)
+    )
+
+
 def error_shape_problem(api: str, status: int, headers: Any, body: bytes) -> str | None:
     """Why a 4xx body is not in `api`'s error shape, or None when it is."""
     if api == "scheduler":
@@ -147,6 +168,8 @@ def error_shape_problem(api: str, status: int, headers: Any, body: bytes) -> str
         doc = json.loads(body)
     except ValueError:
         return "not JSON"
+    if api == "secrets" and status == 400 and _failed_batch(doc):
+        return None  # Vault's answer to a batch whose items failed: each says why in place
     if not isinstance(doc, dict) or not isinstance(doc.get("errors"), list):
         return "no errors list"
     if api == "secrets":
@@ -216,7 +239,10 @@ async def test_no_server_errors_and_errors_in_shape(target: FuzzTarget) -> None:
             async def one(op: Operation, case: Case, api: Api = api) -> None:
                 async with sem:
                     t1 = time.monotonic()
-                    found = await _send(s, api, op, case)
+                    try:
+                        found = await _send(s, api, op, case)
+                    except TimeoutError:  # a hang is a finding too, named like the others
+                        found = Finding(op.name, case.name, 0, b"no answer within 60 s")
                     slowest.append((time.monotonic() - t1, f"{op.name} [{case.name}]"))
                 if found:
                     findings.append(found)

@@ -8,7 +8,6 @@ import http.client
 import os
 import subprocess
 import tempfile
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ import pytest
 import requests
 
 from tests.openbao import OpenBao, bao_binary
-from tests.procs import DevProcess, dev
+from tests.procs import DevProcess, dev, until
 
 # A policy that may create child tokens, without sudo.
 CREATOR = 'path "auth/token/create" { capabilities = ["create", "update"] }\n'
@@ -90,11 +89,7 @@ def unique(prefix: str) -> str:
 
 def eventually(cond: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
     """Poll `cond` until it holds (OpenBao revokes some things asynchronously)."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what}")
-        time.sleep(0.05)
+    until(cond, timeout, what, interval=0.05)
 
 
 # Fixtures under their own names, so a test module imports them without shadowing parameters.

@@ -134,6 +134,18 @@ def paths() -> dict[str, Any]:
                 ),
             ),
         },
+        "/event/stream": {
+            "get": _op(
+                "eventStream",
+                "newline-delimited JSON events by topic from an index on; `{}` every 10 s while"
+                " idle (an endless stream: the fuzz suites leave it out)",
+                query=[
+                    *ns,
+                    _q("topic", {"type": "string", "example": "Job:*"}),
+                    _q("index", INT0),
+                ],
+            ),
+        },
         "/search/fuzzy": {
             "post": _op(
                 "fuzzySearch",

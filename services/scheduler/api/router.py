@@ -181,6 +181,28 @@ def match(segments: list[str]) -> tuple[dict[str, Handler], list[str]] | None:
     return (best[1], best[2]) if best else None
 
 
+def _job_suffixes() -> list[list[str]]:
+    """The sub-resources of `/job/:id/...`, longest first (from the route table itself)."""
+    tails = {tuple(p[2:]) for p, _ in ROUTES if p[:2] == ["job", ":id"] and len(p) > 2}
+    return sorted((list(t) for t in tails), key=len, reverse=True)
+
+
+def job_segments(segments: list[str]) -> list[str]:
+    """Job IDs may hold slashes (dispatched and periodic children: `parent/dispatch-...`), and
+    clients send them unescaped. As Nomad does, a known sub-resource at the end names the
+    endpoint and everything between `job/` and it is the ID."""
+    if len(segments) < 3 or segments[0] != "job":
+        return segments
+    rest = segments[1:]
+    for tail in _JOB_SUFFIXES:
+        if len(rest) > len(tail) and rest[-len(tail) :] == tail:
+            return ["job", "/".join(rest[: -len(tail)]), *tail]
+    return ["job", "/".join(rest)]
+
+
+_JOB_SUFFIXES = _job_suffixes()
+
+
 class Router:
     def __init__(self, ctx: ApiContext) -> None:
         self.ctx = ctx
@@ -191,7 +213,7 @@ class Router:
             req = Request.from_envelope(env)
             if not req.segments or req.segments[0] != "v1":
                 return error(404, "404 page not found")
-            found = match(req.segments[1:])
+            found = match(job_segments(req.segments[1:]))
             if found is None:
                 return error(404, "404 page not found")
             methods, args = found

@@ -21,7 +21,7 @@ from services.workspace.jsonapi import (
     respond,
 )
 from services.workspace.model import Policy, PolicySet
-from services.workspace.query import bool_param, csv
+from services.workspace.query import bool_param, include_param
 from services.workspace.validate import (
     check_name,
     check_relative_path,
@@ -294,10 +294,7 @@ async def create_set(r: Req) -> HttpResponse:
 
 
 def _set_includes(r: Req, sets: list[PolicySet]) -> list[dict[str, Any]] | None:
-    inc = csv(r.query.get("include"))
-    for i in inc:
-        if i not in SET_INCLUDES:
-            raise ApiError(400, f"invalid include parameter {i!r}", title="invalid include")
+    inc = include_param(r.query, sorted(SET_INCLUDES))
     if not inc:
         return None
     out: list[dict[str, Any]] = []

@@ -24,7 +24,7 @@ from services.workspace.jsonapi import (
     respond,
 )
 from services.workspace.model import StateVersion, Workspace
-from services.workspace.query import csv
+from services.workspace.query import include_param
 from services.workspace.sealing import STATE_KEY, seal, unseal
 from services.workspace.validate import new_id
 from shared.messages import HttpResponse
@@ -206,14 +206,7 @@ async def _one(r: Req, sv: StateVersion) -> HttpResponse:
     """A state version, with `include=outputs` (sensitive values withheld) if asked for; the
     other documented includes name resources this service does not have yet (runs)."""
     doc: dict[str, Any] = {"data": render_state.state_version(sv)}
-    inc = csv(r.query.get("include"))
-    for i in inc:
-        if i not in INCLUDES:
-            raise ApiError(
-                400,
-                f"invalid include parameter {i!r}; valid values: {', '.join(INCLUDES)}",
-                title="invalid include",
-            )
+    inc = include_param(r.query, INCLUDES)
     if inc:
         doc["included"] = []
     if "outputs" in inc:

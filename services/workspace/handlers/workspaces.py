@@ -20,7 +20,7 @@ from services.workspace.jsonapi import (
 )
 from services.workspace.model import Workspace
 from services.workspace.permissions import caps_function
-from services.workspace.query import csv
+from services.workspace.query import csv, include_param
 from services.workspace.validate import (
     check_name,
     check_relative_path,
@@ -210,15 +210,7 @@ def parse_workspace(
 
 
 def includes(r: Req) -> list[str]:
-    inc = csv(r.query.get("include"))
-    for i in inc:
-        if i not in INCLUDES:
-            raise ApiError(
-                400,
-                f"invalid include parameter {i!r}; valid values: {', '.join(sorted(INCLUDES))}",
-                title="invalid include",
-            )
-    return inc
+    return include_param(r.query, sorted(INCLUDES))
 
 
 async def included_for(r: Req, workspaces: list[Workspace], inc: list[str]) -> list[dict[str, Any]]:
