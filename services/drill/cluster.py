@@ -318,6 +318,11 @@ class Cluster:
                     left -= 1
                     last = tail.strip().splitlines()[-1:] or [""]
                     self.restart_log.append(f"{p.name} exited while starting: {last[0][:160]}")
+                    if p.health and "address already in use" in tail and p.health in p.argv:
+                        # Another socket took the free port between our pick and its bind.
+                        fresh = f"127.0.0.1:{free_port()}"
+                        p.argv[p.argv.index(p.health)] = fresh
+                        p.health = fresh
                     p.start()
                     return False
                 return p.ready()
