@@ -466,7 +466,14 @@ async def raw_stream_bytes(cluster: Cluster, bus: Bus) -> bytes:
     """Every message of every JetStream stream of this cluster, as stored."""
     js = bus.nc.jetstream()
     out = bytearray()
-    for info in await js.streams_info():
+    # The session's nats-server holds every test's streams: read all pages, not the first.
+    infos: list = []
+    while True:
+        page = await js.streams_info(offset=len(infos))
+        if not page or page[0].config.name in {i.config.name for i in infos}:
+            break
+        infos += page
+    for info in infos:
         name = info.config.name
         if cluster.settings.cluster_name not in name:
             continue
