@@ -20,6 +20,7 @@ from services.scheduler.variables.model import (
     metadata,
     parse_lock,
 )
+from shared.metrics_summary import summary
 from shared.replog import ApplyError, LogEntry
 
 S = 10**9
@@ -210,7 +211,7 @@ def test_metrics_in_nomad_json_and_scheduler_gauges() -> None:
     counter.add_metric(["x"], 3)
     hist = HistogramMetricFamily("lat", "latency", labels=[])
     hist.add_metric([], buckets=[("1", 2), ("+Inf", 4)], sum_value=2.0)
-    out = metrics._json([counter, hist, *metrics.scheduler_families(ctx)])  # type: ignore[arg-type]
+    out = summary([counter, hist, *metrics.scheduler_families(ctx)])  # type: ignore[arg-type]
     assert {"Name": "reqs_total", "Count": 1, "Sum": 3.0, "Labels": {"api": "x"}} in out["Counters"]
     assert out["Samples"] == [{"Name": "lat", "Count": 4, "Sum": 2.0, "Mean": 0.5, "Labels": {}}]
     assert {"Name": "nomad_nomad_variables_total", "Value": 1.0, "Labels": {}} in out["Gauges"]

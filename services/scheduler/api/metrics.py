@@ -3,7 +3,6 @@ text (`?format=prometheus`) or as Nomad's JSON summary (Gauges, Counters, Sample
 
 from __future__ import annotations
 
-import datetime as dt
 from collections import Counter
 from typing import Any
 
@@ -14,6 +13,7 @@ from services.scheduler.api.context import ApiContext
 from services.scheduler.api.http import Request, bad, ok
 from services.scheduler.state.tables import TERMINAL_EVAL
 from shared.messages import HttpResponse
+from shared.metrics_summary import Families, summary
 
 PROM_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -49,62 +49,10 @@ def scheduler_families(ctx: ApiContext) -> list[Metric]:
     return out
 
 
-class _Families:
-    def __init__(self, families: list[Metric]) -> None:
-        self.families = families
-
-    def collect(self) -> list[Metric]:
-        return self.families
-
-
 def _registry(ctx: ApiContext) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(_Families(scheduler_families(ctx)))  # type: ignore[arg-type]
+    reg.register(Families(scheduler_families(ctx)))  # type: ignore[arg-type]
     return reg
-
-
-def _json(families: list[Metric]) -> dict[str, Any]:
-    gauges, counters, samples = [], [], []
-    for fam in families:
-        if fam.type == "histogram" or fam.type == "summary":
-            sums = {
-                tuple(sorted(s.labels.items())): s.value
-                for s in fam.samples
-                if s.name.endswith("_sum")
-            }
-            for s in fam.samples:
-                if not s.name.endswith("_count"):
-                    continue
-                key = tuple(sorted(s.labels.items()))
-                total = sums.get(key, 0.0)
-                mean = total / s.value if s.value else 0.0
-                samples.append(
-                    {
-                        "Name": fam.name,
-                        "Count": int(s.value),
-                        "Sum": total,
-                        "Mean": mean,
-                        "Labels": dict(s.labels),
-                    }
-                )
-            continue
-        for s in fam.samples:
-            if s.name.endswith("_created"):
-                continue
-            if fam.type == "counter":
-                counters.append(
-                    {"Name": s.name, "Count": 1, "Sum": s.value, "Labels": dict(s.labels)}
-                )
-            else:
-                gauges.append({"Name": s.name, "Value": s.value, "Labels": dict(s.labels)})
-    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S +0000 UTC")
-    return {
-        "Timestamp": now,
-        "Gauges": gauges,
-        "Counters": counters,
-        "Samples": samples,
-        "Points": [],
-    }
 
 
 async def metrics(ctx: ApiContext, req: Request) -> Any:
@@ -115,4 +63,4 @@ async def metrics(ctx: ApiContext, req: Request) -> Any:
     if fmt not in ("", "json"):
         raise bad(f'unsupported metrics format "{fmt}": use "prometheus" or leave it out')
     families = list(REGISTRY.collect()) + scheduler_families(ctx)
-    return ok(_json(families))
+    return ok(summary(families))

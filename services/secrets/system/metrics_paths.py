@@ -5,9 +5,8 @@ stanza says."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import msgspec
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
@@ -17,6 +16,7 @@ from services.secrets.errors import bad_request
 from services.secrets.framework.fields import desc
 from services.secrets.framework.path import Op, Operation, Path
 from services.secrets.framework.request import RawResponse, Request, Response
+from shared.metrics_summary import Families, summary
 
 if TYPE_CHECKING:
     from services.secrets.core.core import Core
@@ -62,64 +62,12 @@ def secrets_families(core: Core) -> list[Metric]:
     return out
 
 
-class _Families:
-    def __init__(self, families: list[Metric]) -> None:
-        self.families = families
-
-    def collect(self) -> list[Metric]:
-        return self.families
-
-
-def summary(families: list[Metric]) -> dict[str, Any]:
-    """go-metrics' in-memory summary, the JSON Vault answers without a format."""
-    gauges: list[dict[str, Any]] = []
-    counters: list[dict[str, Any]] = []
-    samples: list[dict[str, Any]] = []
-    for fam in families:
-        if fam.type in ("histogram", "summary"):
-            sums = {
-                tuple(sorted(s.labels.items())): s.value
-                for s in fam.samples
-                if s.name.endswith("_sum")
-            }
-            for s in fam.samples:
-                if s.name.endswith("_count"):
-                    total = sums.get(tuple(sorted(s.labels.items())), 0.0)
-                    samples.append(
-                        {
-                            "Name": fam.name,
-                            "Count": int(s.value),
-                            "Sum": total,
-                            "Mean": total / s.value if s.value else 0.0,
-                            "Labels": dict(s.labels),
-                        }
-                    )
-            continue
-        for s in fam.samples:
-            if s.name.endswith("_created"):
-                continue
-            if fam.type == "counter":
-                counters.append(
-                    {"Name": s.name, "Count": 1, "Sum": s.value, "Labels": dict(s.labels)}
-                )
-            else:
-                gauges.append({"Name": s.name, "Value": s.value, "Labels": dict(s.labels)})
-    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S +0000 UTC")
-    return {
-        "Timestamp": now,
-        "Gauges": gauges,
-        "Counters": counters,
-        "Samples": samples,
-        "Points": [],
-    }
-
-
 def paths(core: Core) -> list[Path]:
     async def metrics(req: Request, f: MetricsFields) -> Response:
         fmt = f.format.strip().lower()
         if fmt == "prometheus":
             own = CollectorRegistry(auto_describe=False)
-            own.register(_Families(secrets_families(core)))  # type: ignore[arg-type]
+            own.register(Families(secrets_families(core)))  # type: ignore[arg-type]
             body = generate_latest(REGISTRY) + generate_latest(own)
             return Response(raw=RawResponse(status=200, body=body, content_type=PROM_TYPE))
         if fmt not in ("", "json"):
