@@ -18,19 +18,9 @@ import nomad
 import pytest
 import requests
 
-from tests.procs import ROOT, DevProcess, start_dev
+from tests.procs import ROOT, DevProcess, start_dev, until
 
 pytestmark = pytest.mark.e2e
-
-
-def until(pred: Any, timeout: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"{what} not met before the deadline")
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,19 +17,9 @@ import nomad.api.exceptions as nexc
 import pytest
 import requests
 
-from tests.procs import DevProcess, start_dev
+from tests.procs import DevProcess, start_dev, until
 
 pytestmark = pytest.mark.e2e
-
-
-def until(pred: Any, timeout: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"{what} not met before the deadline")
 
 
 @pytest.fixture(scope="module")
