@@ -9,8 +9,9 @@ load carries a token with a policy naming the paths (as real clients do), or the
 Prints per workload both servers' req/s and p99, the ratios Trellis / OpenBao beside the goal,
 whether every answer was a 200, and the CPU each request cost in every process (from
 /proc/<pid>/stat before and after each run). `--profile DIR` adds, after the measured rounds, one
-extra Trellis run of KV read and of token create under `py-spy record` (gateway and secrets
-service) and prints the top functions by self time; the measured figures never include it.
+extra Trellis run of each workload named by --only (else KV read and token create) under
+`py-spy record` (gateway, secrets service, crypto worker) and prints the top functions by self
+time; the measured figures never include it.
 OpenBao is initialised and unsealed over the HTTP API (what `bao operator init -key-shares=1`
 and `bao operator unseal` send). Exits 1 while any goal is not met. Method and findings:
 docs/performance.md.
@@ -488,7 +489,9 @@ def top_inclusive(
 def profile(dev_pid: int, s: Server, w: Workload, seconds: float, threads: int, out: Path) -> None:
     pids = {role: pid for pid, (role, _) in process_ticks(dev_pid).items()}
     spies = {}
-    for role in ("gateway", "secrets"):
+    for role in ("gateway", "secrets", "crypto"):
+        if role not in pids:
+            continue
         path = out / f"{w.key}-{role}.speedscope.json"
         spies[role] = (
             path,
@@ -575,8 +578,9 @@ def main() -> int:
         if args.profile:
             out = Path(args.profile)
             out.mkdir(parents=True, exist_ok=True)
-            for w in WORKLOADS:
-                if w.key in ("kv-read", "token-create"):
+            # The workloads named by --only, else KV read and token create.
+            for w in wanted if args.only else WORKLOADS:
+                if args.only or w.key in ("kv-read", "token-create"):
                     profile(dev.proc.pid, trellis, w, args.seconds, args.threads, out)
     return 0 if all(r.met for r in rows) else 1
 

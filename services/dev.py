@@ -177,7 +177,7 @@ def _unseal_after_restart(sup: Supervisor, base: str, data_dir: Path) -> Any:
         deadline = time.monotonic() + 120
         while not sup.stop_signal and child.alive() and time.monotonic() < deadline:
             with contextlib.suppress(OSError, ValueError):
-                code, status = http_json("GET", f"{base}/v1/sys/seal-status", timeout=5)
+                code, status = http_json("GET", f"{base}/v1/sys/seal-status", timeout=5, fresh=True)
                 if code == 200 and status.get("initialized"):
                     if not status.get("sealed"):
                         sup.note(f"{child.name} is unsealed")

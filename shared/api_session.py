@@ -37,6 +37,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from structlog.contextvars import bind_contextvars, reset_contextvars
 
 from shared.bus import Bus, CallContext, decoder_for
 from shared.deferred import Deferred
@@ -214,10 +215,9 @@ class SessionClient:
     async def call(
         self, env: HttpRequest, *, timeout: float, request_id: str = "", caller: str = ""
     ) -> HttpResponse:
-        """Send one HTTP envelope sealed and open the reply."""
-        reply = await self._exchange(
-            self.subject, env, "", timeout=timeout, request_id=request_id, caller=caller
-        )
+        """Send one HTTP envelope sealed and open the reply. The caller is the gateway
+        (implied); the request id is `env`'s, inside the box."""
+        reply = await self._exchange(self.subject, env, "", timeout=timeout, request_id=request_id)
         assert reply.response is not None
         return reply.response
 
@@ -250,7 +250,6 @@ class SessionClient:
         *,
         timeout: float,
         request_id: str = "",
-        caller: str = "",
     ) -> ApiReply:
         """Send one message sealed and open the reply. A reply that does not open came from
         no genuine replica (they seal every answer once they opened a request), so the
@@ -268,14 +267,8 @@ class SessionClient:
                 box=s.aead.encrypt(_nonce(0, counter), plain, req_aad),
             )
             try:
-                sealed = await self.bus.request(
-                    subject,
-                    req,
-                    SealedReply,
-                    timeout=timeout,
-                    request_id=request_id,
-                    caller=caller,
-                )
+                # No bus headers: the request id travels inside the envelope, sealed.
+                sealed = await self.bus.request(subject, req, SealedReply, timeout=timeout)
                 reply = _reply_dec.decode(s.aead.decrypt(_nonce(1, counter), sealed.box, rep_aad))
             except (NoResponders, BusTimeout):
                 raise
@@ -407,13 +400,19 @@ class SessionServer:
             return SealedReply(box=box)
 
         async def answer(
-            s: _ServerSession, counter: int, run: Callable[[], Awaitable[HttpResponse | Deferred]]
+            s: _ServerSession,
+            counter: int,
+            ctx: CallContext,
+            run: Callable[[], Awaitable[HttpResponse | Deferred]],
         ) -> SealedReply | Deferred:
             try:
                 result = await run()
                 if isinstance(result, Deferred):
                     later = result.finish
-                    return Deferred(result.ready, lambda: answer(s, counter, later))
+                    return Deferred(
+                        result.ready,
+                        lambda: answer(s, counter, ctx, lambda: _logged_as(ctx, later())),
+                    )
                 if channel:
                     reply = ApiReply(body=_request_enc.encode(result))
                 else:
@@ -442,9 +441,27 @@ class SessionServer:
                 raise ServiceError(400, "stale sealed request")
             if not s.fresh(counter):
                 raise ServiceError(400, "replayed sealed request")
-            return await answer(s, counter, lambda: handler(request_dec.decode(plain[8:]), ctx))
+
+            def run() -> Awaitable[HttpResponse | Deferred]:
+                request = request_dec.decode(memoryview(plain)[8:])
+                # An envelope's request id travels sealed inside it, not as a bus header.
+                ctx.request_id = getattr(request, "request_id", "") or ctx.request_id
+                return _logged_as(ctx, handler(request, ctx))
+
+            return await answer(s, counter, ctx, run)
 
         return on_sealed
+
+
+async def _logged_as(ctx: CallContext, work: Awaitable[T]) -> T:
+    """Await `work` with the request id bound for its log lines."""
+    if not ctx.request_id:
+        return await work
+    bound = bind_contextvars(request_id=ctx.request_id)
+    try:
+        return await work
+    finally:
+        reset_contextvars(**bound)
 
 
 async def serve_api(

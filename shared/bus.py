@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -23,7 +22,9 @@ import structlog
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from prometheus_client import Counter, Histogram
+from structlog.contextvars import bind_contextvars, reset_contextvars
 
+from shared import nats_request
 from shared.deferred import Deferred, ParkedReplies
 from shared.errors import BusTimeout, NoResponders, ServiceError
 from shared.messages import BusError
@@ -43,6 +44,19 @@ HANDLE_SECONDS = Histogram(
     ["subject"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5, 30),
 )
+
+
+# The metric children per subject family, looked up once: `labels()` costs more than the
+# increment itself. Families leave out the per-cluster prefix (bounded label values).
+_handled_ok: dict[str, tuple[Counter, Histogram]] = {}
+
+
+def _metrics_for(family: str) -> tuple[Counter, Histogram]:
+    m = _handled_ok.get(family)
+    if m is None:
+        m = _handled_ok[family] = (HANDLED.labels(family, "ok"), HANDLE_SECONDS.labels(family))
+    return m
+
 
 _encoder = msgspec.msgpack.Encoder()
 _decoders: dict[Any, msgspec.msgpack.Decoder] = {}
@@ -157,12 +171,19 @@ class Bus:
     ) -> T:
         """Send a typed request and decode the typed reply; a handler's error is re-raised as a
         ServiceError with the same code and message."""
-        hdrs = dict(headers or {})
-        hdrs[REQUEST_ID] = request_id or uuid.uuid4().hex
-        if caller:
-            hdrs[CALLER] = caller
+        # Headers only when there is something to say: a message without them is cheaper to
+        # build, route and parse (nats-py parses header lines in Python).
+        hdrs: dict[str, str] | None = None
+        if headers or request_id or caller:
+            hdrs = dict(headers or {})
+            if request_id:
+                hdrs[REQUEST_ID] = request_id
+            if caller:
+                hdrs[CALLER] = caller
         try:
-            msg = await self.nc.request(subject, encode(message), timeout=timeout, headers=hdrs)
+            msg = await nats_request.request(
+                self.nc, subject, encode(message), timeout=timeout, headers=hdrs
+            )
         except nats.errors.NoRespondersError:
             raise NoResponders(subject) from None
         except nats.errors.TimeoutError:
@@ -209,44 +230,45 @@ class Bus:
         await self.nc.flush()
 
     async def _handle(self, msg: Msg, dec: msgspec.msgpack.Decoder, handler: Handler) -> None:
-        headers = dict(msg.headers or {})
+        headers = msg.headers or {}
         ctx = CallContext(
             subject=msg.subject,
             request_id=headers.get(REQUEST_ID, ""),
             caller=headers.get(CALLER, ""),
             headers=headers,
         )
-        # Metrics by subject family, without the per-cluster prefix (bounded label values).
         family = msg.subject.split(".", 1)[-1]
         started = time.perf_counter()
-        with structlog.contextvars.bound_contextvars(request_id=ctx.request_id):
-            reply: bytes
-            error = False
-            try:
-                request = dec.decode(msg.data)
-                result = await handler(request, ctx)
-                if isinstance(result, Deferred):
-                    # Free this slot now; the reply goes out when the deferred is ready.
-                    finish = result.finish
-                    self._parked.park(
-                        result, lambda: self._handle(msg, dec, lambda _r, _c: finish())
-                    )
-                    return
-                reply = encode(result) if result is not None else b""
-            except msgspec.DecodeError as exc:
-                error, reply = True, encode(BusError(code=400, message=f"bad message: {exc}"))
-            except ServiceError as exc:
-                error, reply = True, encode(BusError(code=exc.code, message=exc.message))
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("handler failed", subject=msg.subject)
-                error, reply = True, encode(BusError(code=500, message="internal error"))
-            if msg.reply:
-                with contextlib.suppress(Exception):
-                    await self.nc.publish(msg.reply, reply, headers={ERROR: "1"} if error else None)
-        HANDLED.labels(family, "error" if error else "ok").inc()
-        HANDLE_SECONDS.labels(family).observe(time.perf_counter() - started)
+        bound = bind_contextvars(request_id=ctx.request_id) if ctx.request_id else None
+        reply: bytes
+        error = False
+        try:
+            request = dec.decode(msg.data)
+            result = await handler(request, ctx)
+            if isinstance(result, Deferred):
+                # Free this slot now; the reply goes out when the deferred is ready.
+                finish = result.finish
+                self._parked.park(result, lambda: self._handle(msg, dec, lambda _r, _c: finish()))
+                return
+            reply = encode(result) if result is not None else b""
+        except msgspec.DecodeError as exc:
+            error, reply = True, encode(BusError(code=400, message=f"bad message: {exc}"))
+        except ServiceError as exc:
+            error, reply = True, encode(BusError(code=exc.code, message=exc.message))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("handler failed", subject=msg.subject)
+            error, reply = True, encode(BusError(code=500, message="internal error"))
+        finally:
+            if bound is not None:
+                reset_contextvars(**bound)
+        if msg.reply:
+            with contextlib.suppress(Exception):
+                await self.nc.publish(msg.reply, reply, headers={ERROR: "1"} if error else None)
+        ok, seconds = _metrics_for(family)
+        (HANDLED.labels(family, "error") if error else ok).inc()
+        seconds.observe(time.perf_counter() - started)
 
     async def close(self) -> None:
         """Stop intake, let in-flight handlers finish, then drain and close the connection."""

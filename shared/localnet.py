@@ -27,12 +27,21 @@ def trust_ca(ca_file: str) -> None:
 
 
 def http_json(
-    method: str, url: str, body: Any = None, token: str = "", timeout: float = 30.0
+    method: str,
+    url: str,
+    body: Any = None,
+    token: str = "",
+    timeout: float = 30.0,
+    *,
+    fresh: bool = False,
 ) -> tuple[int, Any]:
-    """One blocking JSON request; the token goes both ways the three APIs read it."""
+    """One blocking JSON request; the token goes both ways the three APIs read it. `fresh`:
+    the answer must come from a service replica, not the gateway's copy of published state."""
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method=method)
     req.add_header("Content-Type", "application/json")
+    if fresh:
+        req.add_header("Cache-Control", "no-cache")
     if token:
         req.add_header("X-Vault-Token", token)
         req.add_header("Authorization", f"Bearer {token}")

@@ -25,9 +25,9 @@ class Permissions:
 TABLE: dict[str, Permissions] = {
     "gateway": Permissions(
         publish=("{c}.api.>", "{c}.echo"),
-        subscribe=("_INBOX.>",),
+        subscribe=("{c}.secrets.state", "_INBOX.>"),
         allow_responses=False,
-        doc="only sends API envelopes (and the benchmark echo)",
+        doc="sends API envelopes (and the benchmark echo); hears the secrets state",
     ),
     "secrets": Permissions(
         publish=(

@@ -31,6 +31,8 @@ from nats.js.api import (
 )
 from nats.js.kv import KeyValue
 
+from shared import nats_request
+
 _SAFE = re.compile(rb"[-_A-Za-z0-9]")
 # Most paths need no escaping at all: a quick check saves the per-byte walk on the hot path.
 _PLAIN = re.compile(r"[-_A-Za-z0-9]+(?:/[-_A-Za-z0-9]+)*")
@@ -148,17 +150,39 @@ def _filter_for(prefix: str) -> str:
     return encode_key(prefix[:-1]) + ".>"
 
 
+async def _direct_reads(js: JetStreamContext, stream: str) -> bool:
+    """Whether reads may use Direct Get, and if so turn it on for the stream. A direct get is
+    answered from the stream's store without the JetStream API's request handling and JSON (most
+    of nats-server's CPU for a read). With one replica the server that answers is the one that
+    acknowledged every write, so a read after an acknowledged write still sees it; with more,
+    a follower may answer behind the leader, so those streams keep reading through the API."""
+    info = await js.stream_info(stream)
+    if info.config.num_replicas != 1:
+        return False
+    if not info.config.allow_direct:
+        info.config.allow_direct = True
+        await js.update_stream(info.config)
+    return True
+
+
 class JetStreamStorage:
     """Storage on one JetStream KV bucket. Its stream is the write-ahead log: the revision of a
     write is the stream sequence, which DR replication ships as the WAL index."""
 
     def __init__(
-        self, kv: KeyValue, js: JetStreamContext, bucket: str, timeout: float = 5.0
+        self,
+        kv: KeyValue,
+        js: JetStreamContext,
+        bucket: str,
+        timeout: float = 5.0,
+        *,
+        direct: bool = False,
     ) -> None:
         self.kv = kv
         self.js = js
         self.bucket = bucket
         self.timeout = timeout
+        self.direct = direct  # reads by Direct Get (see _direct_reads)
 
     @classmethod
     async def open(
@@ -174,7 +198,7 @@ class JetStreamStorage:
                 kv = await js.create_key_value(config)
             except nats.js.errors.BadRequestError:
                 kv = await js.key_value(bucket)  # another replica created it first
-        return cls(kv, js, bucket)
+        return cls(kv, js, bucket, direct=await _direct_reads(js, f"KV_{bucket}"))
 
     @property
     def stream(self) -> str:
@@ -183,11 +207,17 @@ class JetStreamStorage:
     async def get(self, key: str) -> Entry | None:
         """The last message of the key's subject, read from the stream leader (so a read after
         an acknowledged write always sees it). This is the hot path of every secrets read:
-        one JetStream API request decoded with msgspec, without nats-py's generic JSON and
-        MIME header parsing."""
+        a Direct Get where the stream allows it (`_direct_reads`), else one JetStream API
+        request decoded with msgspec, without nats-py's generic JSON and MIME header parsing."""
         subject = f"$KV.{self.bucket}.{encode_key(key)}"
+        if self.direct:
+            try:
+                return await self._get_direct(key, subject)
+            except nats.errors.NoRespondersError:
+                pass  # the direct responder is not up yet (just enabled, a restart): ask the API
         try:
-            msg = await self.js._nc.request(  # the context's own connection
+            msg = await nats_request.request(
+                self.js._nc,  # the context's own connection
                 f"$JS.API.STREAM.MSG.GET.{self.stream}",
                 _get_request.encode(_LastBySubject(last_by_subj=subject)),
                 timeout=self.timeout,
@@ -207,6 +237,27 @@ class JetStreamStorage:
         if stored.hdrs and _DELETED.search(base64.b64decode(stored.hdrs)):
             return None
         return Entry(key, base64.b64decode(stored.data) if stored.data else b"", stored.seq)
+
+    async def _get_direct(self, key: str, subject: str) -> Entry | None:
+        """The last message of the key's subject by Direct Get: the stored message as it is,
+        its sequence in a header, no JSON or base64 on either side."""
+        msg = await nats_request.request(
+            self.js._nc,
+            f"$JS.API.DIRECT.GET.{self.stream}.{subject}",
+            b"",
+            timeout=self.timeout,
+        )
+        headers = msg.headers or {}
+        status = headers.get("Status")
+        if status == "404":
+            return None
+        if status:
+            raise nats.js.errors.APIError(
+                code=int(status), description=headers.get("Description", "")
+            )
+        if headers.get("KV-Operation") in ("DEL", "PURGE"):
+            return None
+        return Entry(key, msg.data, int(headers["Nats-Sequence"]))
 
     async def put(self, key: str, value: bytes) -> int:
         return await self.kv.put(encode_key(key), value, validate_keys=False)

@@ -106,6 +106,16 @@ SEAL_CHANGED = Subject(
     "cached state (mounts, policies) changed; replicas reload it",
 )
 
+# Each secrets replica's public state (seal, init, cluster, DR mode), signed with the cluster
+# key; gateways answer sys/health, sys/seal-status and sys/leader from it (a broadcast).
+SECRETS_STATE = Subject(
+    "secrets.state",
+    None,
+    "SignedRecord",
+    "none",
+    "a secrets replica's seal and cluster state, on change and every second",
+)
+
 # CPU-heavy asymmetric work, served by crypto workers in one queue group.
 CRYPTO = Subject(
     "crypto.cmd",
@@ -136,6 +146,7 @@ ALL: tuple[Subject, ...] = (
     SEAL_SEALED,
     SEAL_HANDOFF,
     SEAL_CHANGED,
+    SECRETS_STATE,
     CRYPTO,
     DATA_KEY,
 )

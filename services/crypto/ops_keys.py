@@ -32,6 +32,7 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
+from services.crypto.keypool import POOL, generate_rsa
 from services.crypto.ops import CryptoFailure, operation
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -98,7 +99,7 @@ def generate_private_key(
     kt = normalize_type(key_type)
     bits = resolve_bits(kt, key_bits, min_rsa_bits=min_rsa_bits)
     if kt == "rsa":
-        return rsa.generate_private_key(public_exponent=65537, key_size=bits)
+        return POOL.take(bits) or generate_rsa(bits)
     if kt == "ec":
         return ec.generate_private_key(CURVES[bits]())
     return ed25519.Ed25519PrivateKey.generate()

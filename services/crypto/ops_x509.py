@@ -215,8 +215,7 @@ class LinksArgs(msgspec.Struct, kw_only=True):
 
 # ---- small helpers ---------------------------------------------------------------------------
 def colon_hex(value: int) -> str:
-    raw = value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
-    return ":".join(f"{b:02x}" for b in raw)
+    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big").hex(":")
 
 
 def parse_serial(text: str) -> int:
@@ -319,7 +318,8 @@ def _general_names(sans: SansSpec) -> list[x509.GeneralName]:
     return names
 
 
-def _key_usage(names: list[str]) -> x509.KeyUsage | None:
+@functools.lru_cache(maxsize=256)  # a role's usages: the same on every leaf it issues
+def _key_usage(names: tuple[str, ...]) -> x509.KeyUsage | None:
     wanted: set[str] = set()
     known = {k.lower() for k in KEY_USAGES}
     for n in names:
@@ -368,7 +368,8 @@ def key_usage_names(ku: x509.KeyUsage) -> list[str]:
     return out
 
 
-def _eku(names: list[str], oids: list[str]) -> list[x509.ObjectIdentifier]:
+@functools.lru_cache(maxsize=256)
+def _eku(names: tuple[str, ...], oids: tuple[str, ...]) -> tuple[x509.ObjectIdentifier, ...]:
     out: list[x509.ObjectIdentifier] = []
     for n in names:
         if not n.strip():
@@ -384,7 +385,7 @@ def _eku(names: list[str], oids: list[str]) -> list[x509.ObjectIdentifier]:
             raise CryptoFailure(f"invalid extended key usage OID {o!r}")
         out.append(x509.ObjectIdentifier(o.strip()))
     seen: set[str] = set()
-    return [o for o in out if not (o.dotted_string in seen or seen.add(o.dotted_string))]
+    return tuple(o for o in out if not (o.dotted_string in seen or seen.add(o.dotted_string)))
 
 
 def _hash_for(key: PrivateKey, signature_bits: int) -> hashes.HashAlgorithm | None:
@@ -443,9 +444,10 @@ def _signer(
     return cert, key, aki
 
 
+@functools.lru_cache(maxsize=256)  # an issuer's URLs: the same on every leaf it signs
 def _urls(
-    spec_issuing: list[str], spec_crl: list[str], spec_ocsp: list[str]
-) -> list[tuple[x509.ExtensionType, bool]]:
+    spec_issuing: tuple[str, ...], spec_crl: tuple[str, ...], spec_ocsp: tuple[str, ...]
+) -> tuple[tuple[x509.ExtensionType, bool], ...]:
     out: list[tuple[x509.ExtensionType, bool]] = []
     access = [
         x509.AccessDescription(
@@ -478,7 +480,7 @@ def _urls(
                 False,
             )
         )
-    return out
+    return tuple(out)
 
 
 def _name_constraints(s: CertSpec) -> x509.NameConstraints | None:
@@ -546,25 +548,23 @@ def build_certificate(
     if signer is None:
         issuer_name = subject
     serial = parse_serial(spec.serial) if spec.serial else x509.random_serial_number()
-    b = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer_name)
-        .public_key(subject_pub)
-        .serial_number(serial)
-        .not_valid_before(_when(spec.not_before))
-        .not_valid_after(_when(spec.not_after))
-    )
 
     csr_exts: dict[x509.ObjectIdentifier, x509.Extension[x509.ExtensionType]] = {}
     if csr is not None and spec.copy_csr_extensions:
         csr_exts = {e.oid: e for e in csr.extensions if e.oid not in _CSR_SKIP}
 
+    # Collected in a list and handed to the builder once: add_extension copies the builder and
+    # rescans the list each time, a sizeable share of a leaf's CPU.
+    exts: list[x509.Extension[x509.ExtensionType]] = []
+
+    def add(value: x509.ExtensionType, critical: bool) -> None:
+        exts.append(x509.Extension(value.oid, critical, value))
+
     if spec.is_ca:
         path_len = None if spec.max_path_length < 0 else spec.max_path_length
-        b = b.add_extension(x509.BasicConstraints(ca=True, path_length=path_len), critical=True)
+        add(x509.BasicConstraints(ca=True, path_length=path_len), True)
     elif spec.basic_constraints_valid_for_non_ca:
-        b = b.add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        add(x509.BasicConstraints(ca=False, path_length=None), True)
 
     ku_names = list(spec.key_usage)
     if spec.is_ca:
@@ -572,51 +572,60 @@ def build_certificate(
     if ExtensionOID.KEY_USAGE in csr_exts:
         csr_ku = key_usage_names(csr_exts.pop(ExtensionOID.KEY_USAGE).value)  # type: ignore[arg-type]
         ku_names = (ku_names + csr_ku) if spec.is_ca else csr_ku
-    ku = _key_usage(ku_names)
+    ku = _key_usage(tuple(ku_names))
     if ku is not None:
-        b = b.add_extension(ku, critical=True)
+        add(ku, True)
     if ExtensionOID.EXTENDED_KEY_USAGE in csr_exts:
-        ext = csr_exts.pop(ExtensionOID.EXTENDED_KEY_USAGE)
-        b = b.add_extension(ext.value, critical=ext.critical)
+        exts.append(csr_exts.pop(ExtensionOID.EXTENDED_KEY_USAGE))
     else:
-        eku = _eku(spec.ext_key_usage, spec.ext_key_usage_oids)
+        eku = _eku(tuple(spec.ext_key_usage), tuple(spec.ext_key_usage_oids))
         if eku:
-            b = b.add_extension(x509.ExtendedKeyUsage(eku), critical=False)
+            add(x509.ExtendedKeyUsage(eku), False)
 
     if ExtensionOID.SUBJECT_ALTERNATIVE_NAME in csr_exts:
-        ext = csr_exts.pop(ExtensionOID.SUBJECT_ALTERNATIVE_NAME)
-        b = b.add_extension(ext.value, critical=ext.critical)
+        exts.append(csr_exts.pop(ExtensionOID.SUBJECT_ALTERNATIVE_NAME))
     else:
         names = _general_names(spec.sans)
         if names:
             # RFC 5280: the SAN extension is critical when the subject is empty.
-            b = b.add_extension(
-                x509.SubjectAlternativeName(names), critical=len(list(subject)) == 0
-            )
+            add(x509.SubjectAlternativeName(names), len(subject) == 0)
 
-    b = b.add_extension(_ski(subject_pub, spec.skid), critical=False)
-    b = b.add_extension(aki, critical=False)
+    add(_ski(subject_pub, spec.skid), False)
+    add(aki, False)
     for ext_value, critical in _urls(
-        spec.issuing_certificates, spec.crl_distribution_points, spec.ocsp_servers
+        tuple(spec.issuing_certificates),
+        tuple(spec.crl_distribution_points),
+        tuple(spec.ocsp_servers),
     ):
-        b = b.add_extension(ext_value, critical=critical)
+        add(ext_value, critical)
     nc = _name_constraints(spec)
     if nc is not None:
         if not spec.is_ca:
             raise CryptoFailure("name constraints are only valid on CA certificates")
-        b = b.add_extension(nc, critical=True)
+        add(nc, True)
     if spec.policy_identifiers:
         policies = []
         for p in spec.policy_identifiers:
             if not _OID.match(p.strip()):
                 raise CryptoFailure(f"invalid policy identifier {p!r}: expected an OID")
             policies.append(x509.PolicyInformation(x509.ObjectIdentifier(p.strip()), None))
-        b = b.add_extension(x509.CertificatePolicies(policies), critical=False)
+        add(x509.CertificatePolicies(policies), False)
     for oid, ext in csr_exts.items():
         if oid == ExtensionOID.NAME_CONSTRAINTS and not spec.is_ca:
             continue
-        b = b.add_extension(ext.value, critical=ext.critical)
+        exts.append(ext)
+    if len({e.oid for e in exts}) != len(exts):
+        raise ValueError("This extension has already been set.")  # as add_extension says it
 
+    b = (
+        x509.CertificateBuilder(extensions=exts)
+        .subject_name(subject)
+        .issuer_name(issuer_name)
+        .public_key(subject_pub)
+        .serial_number(serial)
+        .not_valid_before(_when(spec.not_before))
+        .not_valid_after(_when(spec.not_after))
+    )
     alg = _hash_for(sign_key, spec.signature_bits)
     return b.sign(sign_key, alg, rsa_padding=_padding(sign_key, spec.use_pss, alg))  # type: ignore[arg-type]
 
@@ -889,7 +898,9 @@ def cert_resign(a: ResignArgs) -> dict[str, Any]:
         .not_valid_after(cert.not_valid_after_utc)
     )
     replaced = {ExtensionOID.AUTHORITY_KEY_IDENTIFIER}
-    urls = _urls(a.issuing_certificates, a.crl_distribution_points, a.ocsp_servers)
+    urls = _urls(
+        tuple(a.issuing_certificates), tuple(a.crl_distribution_points), tuple(a.ocsp_servers)
+    )
     if a.issuing_certificates or a.ocsp_servers:
         replaced.add(ExtensionOID.AUTHORITY_INFORMATION_ACCESS)
     if a.crl_distribution_points:

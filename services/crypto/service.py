@@ -8,10 +8,12 @@ import contextlib
 import os
 import subprocess
 import sys
+import uuid
 
 import msgspec
 import structlog
 
+from services.crypto.keypool import POOL
 from services.crypto.messages import CryptoReply, CryptoRequest
 from services.crypto.ops import CryptoFailure, load_all, run_local
 from shared import subjects
@@ -24,6 +26,16 @@ from shared.settings import Settings
 log = structlog.get_logger("crypto")
 
 
+def run_one(req: CryptoRequest) -> CryptoReply:
+    try:
+        # Inline, not in a thread: a process runs one op at a time anyway, and a thread hop made
+        # the loop thread (busy receiving the next requests) fight the op for the GIL: EC
+        # issuing ran at half speed under load.
+        return CryptoReply(result=run_local(req.op, req.args))
+    except CryptoFailure as exc:
+        return CryptoReply(error_code=400, error_message=str(exc))
+
+
 class CryptoService:
     name = "crypto"
 
@@ -33,6 +45,7 @@ class CryptoService:
         self.processes = max(1, processes)
         self.children: list[subprocess.Popen[bytes]] = []
         self._ready = False
+        self._refill: asyncio.Task[None] | None = None
         identity = load_identity(settings)
         if identity.crypto_key is None:
             raise ServiceError(500, "the crypto worker needs its channel key (crypto_key_file)")
@@ -44,9 +57,11 @@ class CryptoService:
 
     async def start(self) -> None:
         load_all()
+        self._refill = asyncio.create_task(POOL.run(), name="rsa-key-pool")
 
         subject = subjects.CRYPTO.on(self.settings.cluster_name)
         box = self.box
+        worker = uuid.uuid4().hex[:16]
 
         async def handle(sealed: bytes, ctx: CallContext) -> bytes:
             # Obey only the secrets cluster; answer sealed to the one request.
@@ -55,13 +70,11 @@ class CryptoService:
             except (Rejected, msgspec.DecodeError) as exc:
                 log.warning("crypto command refused", reason=str(exc))
                 raise ServiceError(403, "crypto commands are accepted from secrets only") from None
-            try:
-                # Inline, not in a thread: a process runs one op at a time anyway, and a thread
-                # hop made the loop thread (busy receiving the next requests) fight the op for
-                # the GIL: EC issuing ran at half speed under load.
-                reply = CryptoReply(result=run_local(req.op, req.args))
-            except CryptoFailure as exc:
-                reply = CryptoReply(error_code=400, error_message=str(exc))
+            if req.batch:
+                reply = CryptoReply(batch=[run_one(r) for r in req.batch])
+            else:
+                reply = run_one(req)
+            reply.worker = worker
             return box.seal(
                 ControlBox.reply_context(subject, sealed), msgspec.msgpack.encode(reply)
             )
@@ -121,6 +134,10 @@ class CryptoService:
 
     async def stop(self) -> None:
         self._ready = False
+        if self._refill is not None:
+            self._refill.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refill
         for child in self.children:
             with contextlib.suppress(ProcessLookupError):
                 child.terminate()

@@ -12,8 +12,10 @@ from services.gateway import ui
 from services.gateway.any_method import runner_for
 from services.gateway.apis import SCHEDULER, SECRETS, WORKSPACE
 from services.gateway.app import create_app
+from services.gateway.local_status import LocalStatus
 from services.gateway.tls import server_context
 from shared.bus import Bus
+from shared.cluster_identity import IdentityError, load_identity
 from shared.settings import Settings
 
 log = structlog.get_logger("gateway")
@@ -52,6 +54,7 @@ class Gateway:
         self.addresses: dict[str, str] = {}
         # Each listener's forwarding handler, so the console on any listener reaches all three.
         self.ui_proxies: dict[str, ui.Handler] = {}
+        self.local_status: LocalStatus | None = None
 
     @property
     def ready(self) -> bool:
@@ -59,12 +62,20 @@ class Gateway:
 
     async def start(self) -> None:
         log.info("open file limit", nofile=raise_open_files())
+        try:
+            public = load_identity(self.settings).public_key
+        except IdentityError:
+            pass  # no pinned key, no secrets API (services/gateway/secure.py says why)
+        else:
+            self.local_status = LocalStatus(public, self.settings.cluster_name)
+            await self.local_status.subscribe(self.bus)
         for api, addr in (
             (SECRETS, self.settings.secrets_addr),
             (WORKSPACE, self.settings.workspace_addr),
             (SCHEDULER, self.settings.scheduler_addr),
         ):
-            app = create_app(api, self.bus, self.settings, self.state, self.ui_proxies)
+            local = self.local_status if api is SECRETS else None
+            app = create_app(api, self.bus, self.settings, self.state, self.ui_proxies, local)
             # A blocking query whose client went away stops waiting at once instead of holding
             # its connection's memory until its wait (up to 10 minutes) runs out.
             runner = runner_for(

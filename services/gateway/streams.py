@@ -1,9 +1,10 @@
 """Streamed responses the gateway builds from a service's chunked answers. The scheduler's
 /v1/event/stream answers one chunk per request (waiting like a blocking query, up to its 10 s
-heartbeat) and a followed /v1/client/fs/logs read answers what the task wrote meanwhile; the
-gateway keeps the client's response open, writes each chunk as it comes and asks for the next
-from where the last one ended (the index, or the log offset until the task is done). A gone
-client ends it."""
+heartbeat), a followed /v1/client/fs/logs read answers what the task wrote meanwhile, and
+/v1/client/fs/stream (followed by default) what was appended to the file; the gateway keeps the
+client's response open, writes each chunk as it comes and asks for the next from where the last
+one ended (the index, or the offset until the service says it is done). A gone client ends
+it."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from shared.messages import HttpRequest, HttpResponse
 
 EVENT_STREAM = "/v1/event/stream"
 LOGS = "/v1/client/fs/logs/"
+FILE_STREAM = "/v1/client/fs/stream/"
+# Marks a file stream's follow-up chunks (services/scheduler/api/fs.py reads it).
+RESUME = "x-sched-stream-resume"
 _TRUE = {"1", "t", "T", "true", "TRUE", "True"}
 POLL_TIMEOUT = 30.0  # the service answers within its 10 s heartbeat
 _DROP = {"content-length", "transfer-encoding", "connection"}
@@ -28,8 +32,8 @@ Send = Callable[[HttpRequest, float], Awaitable[HttpResponse]]
 def is_stream(api: str, method: str, path: str, query: str = "") -> bool:
     if api != "scheduler" or method != "GET":
         return False
-    if path == EVENT_STREAM:
-        return True
+    if path == EVENT_STREAM or path.startswith(FILE_STREAM):
+        return True  # a file stream ends by itself when not followed
     follow = dict(parse_qsl(query, keep_blank_values=True)).get("follow", "")
     return path.startswith(LOGS) and follow in _TRUE
 
@@ -65,11 +69,14 @@ async def relay(request: web.Request, env: HttpRequest, send: Send) -> web.Strea
             query = _next_query(env, reply)
             if query is None or request.transport is None or request.transport.is_closing():
                 break
+            headers = env.headers
+            if env.path.startswith(FILE_STREAM):
+                headers = {**env.headers, RESUME: "true"}
             nxt = HttpRequest(
                 method=env.method,
                 path=env.path,
                 query=query,
-                headers=env.headers,
+                headers=headers,
                 remote_addr=env.remote_addr,
                 request_id=env.request_id,
             )

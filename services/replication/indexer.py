@@ -1,5 +1,9 @@
 """Keeps a cluster's Merkle index current by tailing its own secrets stream, so `merkle_root`
-always describes what storage holds (on a secondary too: it indexes what it has applied)."""
+always describes what storage holds (on a secondary too: it indexes what it has applied).
+
+Lazy: nothing is read or hashed until something needs the index (a secondary attaching, a
+status, a resync); until then every write would be hashed for nobody. The first need builds it
+from the stream, as a start-up would."""
 
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ class Indexer:
         self._reader: WalReader | None = None
         self._task: asyncio.Task[None] | None = None
         self._advanced = asyncio.Condition()
+        self._starting = asyncio.Lock()  # one tail, however many need it at once
 
     async def start(self) -> None:
         self._reader = WalReader(self.js, self.bucket)
@@ -66,8 +71,18 @@ class Indexer:
         info = await self.js.stream_info(f"KV_{self.bucket}")
         return info.state.last_seq if info.state.messages else 0
 
+    async def idle(self) -> None:
+        """Stop indexing and forget the index, until something needs it again."""
+        async with self._starting:
+            await self.stop()
+            self.index = MerkleIndex()
+
     async def caught_up(self, within: float = 30.0) -> int:
-        """Wait until the index has seen everything the stream held when called."""
+        """Wait until the index has seen everything the stream held when called (building it
+        first if nothing needed it yet)."""
+        async with self._starting:
+            if self._task is None:
+                await self.start()
         target = await self.last_seq()
         deadline = time.monotonic() + within
         async with self._advanced:
@@ -81,9 +96,10 @@ class Indexer:
 
     async def rebuild(self) -> MerkleIndex:
         """Index storage from scratch (reindex, wipes); returns the index it replaced."""
-        await self.stop()
-        old = self.index
-        self.index = MerkleIndex()
-        await self.start()
+        async with self._starting:
+            await self.stop()
+            old = self.index
+            self.index = MerkleIndex()
+            await self.start()
         await self.caught_up()
         return old

@@ -106,8 +106,7 @@ class ReplicationService:
             self.state.node_id = uuid.uuid4().hex
             await self.save_state()
         self.progress = await self.store.load_progress()
-        self.indexer = Indexer(self.js, self.bucket)
-        await self.indexer.start()
+        self.indexer = Indexer(self.js, self.bucket)  # built when first needed
         self.ops = OperationTokens(self._read_seal)
         self.server = PrimaryServer(self)
         self.client = SecondaryClient(self)
@@ -211,6 +210,9 @@ class ReplicationService:
         st = self.state
         if st.mode == DISABLED:
             return {"mode": DISABLED}
+        # A large store takes a while to index the first time: show the root so far meanwhile.
+        with contextlib.suppress(TimeoutError):
+            await self.indexer.caught_up(within=5.0)
         out: dict[str, Any] = {
             "cluster_id": st.cluster_id,
             "mode": st.mode,
@@ -306,6 +308,7 @@ class ReplicationService:
         await self.server.stop()
         self.state = DrState(node_id=self.state.node_id, generation=self.state.generation + 1)
         await self.save_state()
+        await self.indexer.idle()
 
     async def _cmd_SecondaryToken(self, cmd: c.SecondaryToken) -> c.DrReply:
         st = self.state
@@ -512,6 +515,7 @@ class ReplicationService:
         self.progress = Progress()
         await self.store.save_progress(self.progress)
         await self.save_state()
+        await self.indexer.idle()
 
     async def _cmd_UpdatePrimary(self, cmd: c.UpdatePrimary) -> None:
         st = self.state

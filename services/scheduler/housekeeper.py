@@ -4,7 +4,6 @@ collection of terminal records. Each loop only decides; every change goes throug
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -108,13 +107,12 @@ class Housekeeper:
         ]
 
     async def demoted(self) -> None:
-        self._running = False
-        for task in self._tasks:
+        self._running = False  # the loops check it: a cancel may be swallowed
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks = []
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
 
     async def _loop(self, tick: Callable[[], Awaitable[None]], every: float) -> None:
         while self._running:

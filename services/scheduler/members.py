@@ -56,10 +56,10 @@ class Membership:
         self._task = asyncio.create_task(self._loop())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        task, self._task = self._task, None  # the loop checks it: a cancel may be swallowed
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task], timeout=5)
         with contextlib.suppress(Exception):
             await self.kv.delete(PREFIX + self.me.id)
 
@@ -68,7 +68,7 @@ class Membership:
         await self.kv.put(PREFIX + self.me.id, msgspec.json.encode(self.me))
 
     async def _loop(self) -> None:
-        while True:
+        while self._task is not None:
             await asyncio.sleep(self.period)
             try:
                 await self._announce()

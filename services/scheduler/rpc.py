@@ -4,6 +4,7 @@ carries (services/scheduler/nodeauth.py); a forged one is refused and changes no
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import msgspec
@@ -13,6 +14,7 @@ from services.scheduler import nodeauth, wire
 from services.scheduler.heartbeat import HeartbeatTracker
 from services.scheduler.state.fsm import SchedulerFSM
 from shared.bus import CallContext
+from shared.deferred import Deferred
 from shared.errors import ServiceError
 from shared.replog import ApplyError, ReplicatedLog
 
@@ -106,20 +108,33 @@ class ClientRpc:
             out = [a for a in out if a["ModifyIndex"] <= cut]
         return out[-1]["ModifyIndex"], out
 
-    async def allocs(self, req: wire.NodeAllocs, _: CallContext) -> wire.NodeAllocsReply:
+    async def allocs(self, req: wire.NodeAllocs, _: CallContext) -> wire.NodeAllocsReply | Deferred:
         await self.replog.barrier()
         self._authenticate(req.node_ids, req.secrets)
         new_index, changed = self._changed(req.node_ids, req.index)
-        if not changed and req.wait > 0:
-            import time
+        if changed or req.wait <= 0:
+            return self._allocs_reply(req, new_index, changed)
+        return self._park_allocs(req, time.monotonic() + req.wait)
 
-            deadline = time.monotonic() + req.wait
-            while not changed:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                await self.replog.wait_for(self.replog.applied_index, left)
-                new_index, changed = self._changed(req.node_ids, req.index)
+    def _park_allocs(self, req: wire.NodeAllocs, deadline: float) -> Deferred:
+        """The node's long poll waits as a Deferred (shared/deferred.py): no handler slot held,
+        and a stopping replica answers it at once instead of holding its shutdown for the
+        whole wait."""
+        ready = self.replog.park(self.replog.applied_index, max(0.0, deadline - time.monotonic()))
+
+        async def finish() -> wire.NodeAllocsReply | Deferred:
+            # True: the log moved; False: the wait ran out; None: the bus is closing.
+            woke = ready.result() if ready.done() and not ready.cancelled() else None
+            new_index, changed = self._changed(req.node_ids, req.index)
+            if not changed and woke is True and time.monotonic() < deadline:
+                return self._park_allocs(req, deadline)  # not this node's change: wait on
+            return self._allocs_reply(req, new_index, changed)
+
+        return Deferred(ready, finish)
+
+    def _allocs_reply(
+        self, req: wire.NodeAllocs, new_index: int, changed: list[dict[str, Any]]
+    ) -> wire.NodeAllocsReply:
         groups: dict[str, dict[str, Any]] = {}
         slim = []
         for a in changed:

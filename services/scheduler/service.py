@@ -97,6 +97,7 @@ class SchedulerService:
         self.server_dir = os.path.join(settings.data_dir, "scheduler") if settings.data_dir else ""
         self._leader_subs: list[Any] = []
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._stopping = False
         self.ready = False
 
     @property
@@ -212,6 +213,7 @@ class SchedulerService:
 
     async def stop(self) -> None:
         self.ready = False
+        self._stopping = True
         for w in self.workers:
             await w.stop()
         if self.lease is not None:
@@ -221,8 +223,11 @@ class SchedulerService:
         if self.members is not None:
             await self.members.stop()
         await self._demoted()
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
         if self.replog is not None:
             await self.replog.stop()
 
@@ -246,6 +251,8 @@ class SchedulerService:
         await self._serve_leader(wire.subject(self.cluster, wire.ACK), self._ack, wire.Ack)
         with contextlib.suppress(Exception):
             await self.replog.barrier()
+        if self._stopping:
+            return  # stop() ran meanwhile (its lease wait may end first): start no duties now
         for ev in sorted(self.fsm.t.evals.values(), key=lambda e: e["CreateIndex"]):
             if ev["Status"] == "pending":
                 broker.enqueue(ev)

@@ -87,10 +87,10 @@ class TaskSecrets:
         self._task = asyncio.create_task(self._renew_loop())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        task, self._task = self._task, None  # the loop checks it: a cancel may be swallowed
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task], timeout=5)
 
     # -- the secrets API
 
@@ -217,7 +217,7 @@ class TaskSecrets:
             log.warning("task token revoke failed", error=str(exc))
 
     async def _renew_loop(self) -> None:
-        while True:
+        while self._task is not None:
             await asyncio.sleep(RENEW_EVERY)
             if self.enabled:  # our own credential is periodic too
                 with contextlib.suppress(Exception):

@@ -94,7 +94,7 @@ NODE_FS = "node.fs"
 
 
 class FsRequest(msgspec.Struct, kw_only=True):
-    op: str  # "ls" | "stat" | "readat" | "logs" | "restart" | "signal"
+    op: str  # "ls" | "stat" | "readat" | "stream" | "logs" | "restart" | "signal"
     alloc_id: str
     path: str = "/"
     offset: int = 0
@@ -132,7 +132,8 @@ class FsReply(msgspec.Struct, kw_only=True):
     files: list[dict[str, Any]] = []
     frames: list[tuple[str, int, bytes]] = []
     task_dead: bool = False
-    total: int = 0  # bytes of the task's kept log files (where origin=end counts from)
+    # Where origin=end counts from: bytes of the task's kept log files, or of the streamed file.
+    total: int = 0
 
 
 # {cluster}.sched.node.secrets (queue "sched-rpc"): a client node asks for a task's secrets

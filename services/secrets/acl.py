@@ -130,6 +130,10 @@ class Decision:
         )
 
 
+# Immutable, so the root token's every request shares one.
+_ROOT_DECISION = Decision(allowed=True, sudo=True, reason="root", matched="root")
+
+
 @dataclass(frozen=True, slots=True)
 class _SegmentRule:
     """A pattern with `+` segments, split once so matching is a cheap segment walk."""
@@ -272,7 +276,7 @@ class ACL:
     def check(self, path: str, operation: str, params: Mapping[str, Any] | None = None) -> Decision:
         """Decide one request. Parameter rules apply to create/update/patch when params given."""
         if self.is_root:
-            return Decision(allowed=True, sudo=True, reason="root", matched="root")
+            return _ROOT_DECISION
         if operation == "help":
             return Decision(allowed=True, sudo=False, reason="help is always allowed")
         needed = _OPERATION_CAPABILITY.get(operation)

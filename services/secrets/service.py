@@ -13,6 +13,7 @@ import structlog
 from services.secrets.core import datakeys
 from services.secrets.core.core import Core
 from services.secrets.core.dispatch import handle_http
+from services.secrets.core.state_publisher import StatePublisher
 from shared import subjects
 from shared.api_session import serve_api
 from shared.bus import Bus, CallContext
@@ -55,6 +56,7 @@ class SecretsService:
         self.settings = settings
         self.core: Core | None = None
         self.lease: LeaderLease | None = None
+        self.publisher: StatePublisher | None = None
         self._ready = False
 
     @property
@@ -101,6 +103,8 @@ class SecretsService:
             concurrency=self.settings.concurrency,
         )
         await datakeys.serve(core)
+        self.publisher = StatePublisher(core)
+        self.publisher.start()
         self._ready = True
 
     def _is_leader(self) -> bool:
@@ -108,6 +112,8 @@ class SecretsService:
 
     async def stop(self) -> None:
         self._ready = False
+        if self.publisher is not None:
+            await self.publisher.stop()
         if self.core is not None:
             await self.core.stop()
         if self.lease is not None:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "compatibility.md"
 START, END = "<!-- conformance:allow -->", "<!-- /conformance:allow -->"
-KINDS = {"status", "missing", "extra"}
+# `oracle`: OpenBao answers a 5xx (a bug of the oracle, not compared) and Trellis a 4xx.
+KINDS = {"status", "missing", "extra", "oracle"}
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ def steps(u: str) -> list[Step]:
         S("kv1.read.missing", "GET", f"{v1}/nope"),
         S("kv1.list", "LIST", f"{v1}/"),
         S("kv1.list.get", "GET", f"{v1}/?list=true"),
+        S("kv1.list.get.True", "GET", f"{v1}/?list=True"),  # hvac's client.list
         S("kv1.list.empty", "LIST", f"{v1}/nothing/"),
         S("kv1.write.malformed", "POST", f"{v1}/bad", Raw("[1,2")),
         S("kv1.write.array", "POST", f"{v1}/bad", Raw("[1,2]")),

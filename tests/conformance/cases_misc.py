@@ -39,6 +39,7 @@ def steps(u: str) -> list[Step]:
         S("wrap.cubby", "POST", "cubbyhole/c-w", {"x": "y"}),
         S("wrap.read", "GET", "cubbyhole/c-w", headers=w, save={"wt3": ("wrap_info", "token")}),
         S("wrap.unwrap.self", "POST", "sys/wrapping/unwrap", {}, token="{wt3}"),
+        S("wrap.unwrap.self.again", "POST", "sys/wrapping/unwrap", {}, token="{wt3}"),
         S(
             "wrap.token.create",
             "POST",

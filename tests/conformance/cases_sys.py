@@ -154,5 +154,10 @@ def steps(u: str) -> list[Step]:
         # unknown paths and methods
         S("sys.unknown", "GET", f"sys/no-such-path-{u}"),
         S("sys.unknown.mount", "GET", f"c-no-mount-{u}/x"),
+        # audit devices: OpenBao manages them in its config only, Trellis has none
+        S("sys.audit.list", "GET", "sys/audit"),
+        S("sys.audit.enable", "POST", f"sys/audit/c-{u}", {"type": "file", "options": {}}),
+        S("sys.audit.disable", "DELETE", f"sys/audit/c-{u}"),
+        S("sys.audit.hash", "POST", f"sys/audit-hash/c-{u}", {"input": "x"}),
         setup("sys.kv.cleanup", "DELETE", f"sys/mounts/{kv}"),
     ]

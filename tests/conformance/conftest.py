@@ -1,5 +1,6 @@
-"""One `trellis dev` for the module, beside the session's OpenBao dev server; the suite's match
-figure is printed at the end of the run."""
+"""One `trellis dev` for the package, beside the session's OpenBao dev server (the modules already
+share that server, so their names are unique); the suite's match figure is printed at the end of
+the run."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from tests.procs import DevProcess, dev
 SUMMARIES: list[str] = []
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def trellis() -> Iterator[DevProcess]:
     with dev() as d:
         yield d

@@ -108,7 +108,7 @@ class Difference:
     """One way Trellis's answer to a step differs from OpenBao's."""
 
     step: str
-    kind: str  # status | missing | extra
+    kind: str  # status | missing | extra | oracle
     detail: str  # "200 != 204", or the dotted key
 
     @property

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conformance.allowlist import load, parse
-from tests.conformance.replay import Answer, compare
-from tests.conformance.steps import S
+from tests.conformance.allowlist import Allowed, load, parse
+from tests.conformance.replay import Answer, Target, compare
+from tests.conformance.report import replay, stale
+from tests.conformance.steps import S, Step
 
 
 def _env(data: object, **kw: object) -> dict[str, object]:
@@ -63,6 +64,37 @@ def test_allowlist_rows_and_globs() -> None:
     assert not row.covers("ns.read", "extra", "data.uuid")
     with pytest.raises(ValueError, match="malformed"):
         parse(text.replace("| OpenBao only |", "|  |"))
+
+
+class _Canned(Target):
+    """A target that answers every step with one status, without a server."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__("canned", "http://unused", "t")
+        self.status = status
+
+    def run(self, step: Step) -> Answer:
+        return Answer(self.status, {"errors": ["x"]})
+
+
+def test_an_oracle_5xx_must_be_a_documented_row() -> None:
+    steps = [S("login.empty", "POST", "auth/x/login")]
+    row = Allowed("login.*", "oracle", "500 != 400", "OpenBao fails")
+    documented = replay(_Canned(500), _Canned(400), steps, [row])
+    assert documented.undocumented == [] and documented.used == {row}
+    assert documented.compared == 0 and len(documented.oracle_errors) == 1
+    (missing,) = replay(_Canned(500), _Canned(400), steps, []).undocumented
+    assert (missing.kind, missing.detail) == ("oracle", "500 != 400")
+    (ours,) = replay(_Canned(500), _Canned(500), steps, [row]).undocumented
+    assert (ours.kind, ours.detail) == ("status", "500 != 500")
+
+
+def test_a_row_is_stale_only_for_the_steps_replayed() -> None:
+    steps = [S("login.empty", "POST", "auth/x/login")]
+    mine = Allowed("login.*", "oracle", "500 != 400", "OpenBao fails")
+    other = Allowed("transit.*", "oracle", "500 != 400", "another suite's step")
+    quiet = replay(_Canned(200), _Canned(200), steps, [mine, other])
+    assert stale([mine, other], quiet, steps) == [mine]
 
 
 def test_the_document_parses() -> None:

@@ -15,8 +15,13 @@ pytestmark = pytest.mark.e2e
 def test_every_api_through_dev() -> None:
     with dev("--root-token", "dev-root") as d:
         assert requests.get(d.secrets + "/v1/sys/health", timeout=10).status_code == 200
-        r = requests.get(d.workspace + "/api/v2/ping", timeout=10)
-        assert r.status_code in (200, 204)
+        # The banner comes before the workspace service is up: it answers once it is.
+        until(
+            lambda: (
+                requests.get(d.workspace + "/api/v2/ping", timeout=10).status_code in (200, 204)
+            ),
+            what="the workspace API",
+        )
         auth = {"Authorization": "Bearer dev-root", "Content-Type": "application/vnd.api+json"}
         r = requests.post(
             d.workspace + "/api/v2/organizations",

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 import requests
 
-from tests.procs import DevProcess, dev
+from tests.procs import DevProcess, dev, wait_node_ready
 
 pytestmark = pytest.mark.e2e
 
@@ -115,6 +115,7 @@ def held_cluster() -> Iterator[tuple[DevProcess, Held]]:
         else:
             os.environ["TRELLIS_REQUEST_TIMEOUT"] = old
     try:
+        wait_node_ready(d)  # the scheduler is up: the held queries must not meet a 503
         with Held(d.scheduler) as held:
             deadline = time.monotonic() + 60
             while in_flight(d.scheduler) < HELD:

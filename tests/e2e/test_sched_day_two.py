@@ -18,7 +18,7 @@ import nomad
 import pytest
 import requests
 
-from tests.procs import ROOT, DevProcess, start_dev, until
+from tests.procs import ROOT, DevProcess, start_dev, until, wait_node_ready
 
 pytestmark = pytest.mark.e2e
 
@@ -27,6 +27,7 @@ pytestmark = pytest.mark.e2e
 def d() -> Iterator[DevProcess]:
     proc = start_dev()
     try:
+        wait_node_ready(proc)
         yield proc
     finally:
         proc.stop()

@@ -17,7 +17,7 @@ import nomad.api.exceptions as nexc
 import pytest
 import requests
 
-from tests.procs import DevProcess, start_dev, until
+from tests.procs import DevProcess, start_dev, until, wait_node_ready
 
 pytestmark = pytest.mark.e2e
 
@@ -26,6 +26,7 @@ pytestmark = pytest.mark.e2e
 def d() -> Iterator[DevProcess]:
     proc = start_dev()
     try:
+        wait_node_ready(proc)
         yield proc
     finally:
         proc.stop()

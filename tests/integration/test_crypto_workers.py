@@ -45,6 +45,38 @@ async def test_ops_over_the_bus(nats_url: str) -> None:
         await c.close()
 
 
+async def test_concurrent_calls_share_messages(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Calls made together travel in fewer messages than calls, and each caller still gets its
+    own answer: its own fresh key, or its own refusal."""
+    c = await start_cluster(nats_url, initialize=False)
+    try:
+        await add_worker(c)
+        bus, cluster = c.buses[0], c.settings.cluster_name
+        messages = 0
+        request = bus.request
+
+        async def counting(*args: Any, **kwargs: Any) -> Any:
+            nonlocal messages
+            messages += 1
+            return await request(*args, **kwargs)
+
+        monkeypatch.setattr(bus, "request", counting)
+        asks = [{"key_type": "ec", "key_bits": 7 if i == 13 else 256} for i in range(24)]
+        got = await asyncio.gather(
+            *(crypto_call(bus, cluster, "generate_key", a) for a in asks), return_exceptions=True
+        )
+        refused = got.pop(13)
+        assert isinstance(refused, ServiceError) and refused.code == 400
+        assert "unsupported EC key size 7" in refused.message
+        assert all(isinstance(g, dict) and g["key_type"] == "ec" for g in got), got
+        assert len({g["private_key"] for g in got}) == len(got)  # type: ignore[index]
+        assert messages < len(asks)
+    finally:
+        await c.close()
+
+
 async def test_no_worker_means_503(nats_url: str) -> None:
     async with pki_cluster(nats_url, workers=0) as c:
         status, body = await c.request(

@@ -828,20 +828,23 @@ async def test_leases_no_store_and_tidy(nats_url: str) -> None:
         assert brief["serial_number"] not in listed and lasting["serial_number"] in listed
 
 
+async def add_pki_replica(c: Cluster, limit: float = 10.0) -> None:
+    """Start a second secrets replica and wait until its peer unsealed it and it serves pki/."""
+    await c.add_secrets_replica()
+    deadline = time.monotonic() + limit
+    while not all(
+        s.core is not None and not s.core.barrier.sealed and "pki/" in s.core.table(ROOT).backends
+        for s in c.secrets
+    ):
+        assert time.monotonic() < deadline, "the new replica never served pki/"
+        await asyncio.sleep(0.05)
+
+
 async def test_role_changes_reach_every_replica(nats_url: str) -> None:
     """Each replica caches roles and issuers; a change made through one is seen by the next
     request on any of them (requests spread over both replicas by the queue group)."""
     async with pki_cluster(nats_url) as c:
-        await c.add_secrets_replica()
-        for _ in range(200):  # the new replica is unsealed by its peer and loads the mounts
-            if all(
-                s.core is not None
-                and not s.core.barrier.sealed
-                and "pki/" in s.core.table(ROOT).backends
-                for s in c.secrets
-            ):
-                break
-            await asyncio.sleep(0.05)
+        await add_pki_replica(c)
         await ok(
             c,
             "POST",
@@ -867,6 +870,58 @@ async def test_role_changes_reach_every_replica(nats_url: str) -> None:
         for _ in range(8):
             status, _ = await c.request("POST", "/v1/pki/issue/web", json=body)
             assert status == 400
+
+
+async def test_issuer_changes_reach_every_replica(nats_url: str) -> None:
+    """The cached issuers, issuer config and URLs: a new default issuer, an issuer's own AIA URLs
+    and its removal, each made through one replica, decide the next leaf on every replica."""
+    async with pki_cluster(nats_url) as c:
+        await add_pki_replica(c)
+        roots = [
+            (
+                await ok(
+                    c,
+                    "POST",
+                    "pki/root/generate/internal",
+                    {"ttl": "8760h", "common_name": cn, "key_type": "ec", "issuer_name": cn},
+                )
+            )["data"]
+            for cn in ("first", "second")
+        ]
+        await ok(c, "POST", "pki/roles/web", {"allow_any_name": True, "key_type": "ec"})
+
+        async def leaves() -> list[x509.Certificate]:
+            got = []
+            for i in range(8):  # spread over both replicas by the queue group
+                body = {"common_name": f"h{i}.example.com", "ttl": "1h"}
+                out = await ok(c, "POST", "pki/issue/web", body)
+                got.append(x509.load_pem_x509_certificate(out["data"]["certificate"].encode()))
+            return got
+
+        def issuer_cn(cert: x509.Certificate) -> str:
+            return str(cert.issuer.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value)
+
+        assert {issuer_cn(leaf) for leaf in await leaves()} == {"first"}
+        await ok(c, "POST", "pki/config/issuers", {"default": roots[1]["issuer_id"]})
+        assert {issuer_cn(leaf) for leaf in await leaves()} == {"second"}
+
+        url = "http://ca.example.com/second.der"
+        await ok(
+            c,
+            "PATCH",
+            "pki/issuer/second",
+            {"issuing_certificates": [url]},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        for leaf in await leaves():
+            aia = leaf.extensions.get_extension_for_class(x509.AuthorityInformationAccess)
+            assert [a.access_location.value for a in aia.value] == [url]
+
+        await ok(c, "POST", "pki/config/issuers", {"default": roots[0]["issuer_id"]})
+        await ok(c, "DELETE", "pki/issuer/second")
+        assert {issuer_cn(leaf) for leaf in await leaves()} == {"first"}
+        for _ in range(4):
+            await fails(c, "pki/issuer/second/issue/web", {"common_name": "x.example.com"})
 
 
 async def test_keys_existing_key_roots_and_exported_intermediates(

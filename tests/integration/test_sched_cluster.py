@@ -21,6 +21,7 @@ from services.scheduler.client import ClientAgent, NodeConfig
 from services.scheduler.service import SchedulerService
 from shared.bus import Bus
 from shared.settings import Settings
+from tests.teardown import Teardown
 
 pytestmark = [pytest.mark.nats, pytest.mark.asyncio(loop_scope="module")]
 
@@ -128,13 +129,15 @@ async def cluster(nats_url: str) -> AsyncIterator[Cluster]:
     client = nomad.Nomad(host=url.hostname, port=url.port, timeout=10)
     async with aiohttp.ClientSession() as http:
         yield Cluster(base, http, scheds, clients, client)
+    td = Teardown()
     for c in clients:
-        await c.stop()
+        await td.step(f"client {c.cfg.name} stop", c.stop())
     for s in scheds:
-        await s.stop()
-    await gw.stop()
+        await td.step(f"scheduler {s.replica_id} stop", s.stop())
+    await td.step("gateway stop", gw.stop())
     for b in buses:
-        await b.close()
+        await td.step(f"bus {b.name} close", b.close())
+    td.finish()
 
 
 async def test_new_user_flow(cluster: Cluster) -> None:

@@ -28,6 +28,7 @@ from shared.cluster_identity import load_identity
 from shared.errors import ServiceError
 from shared.settings import Settings
 from shared.subjects import API_SCHEDULER
+from tests.teardown import Teardown
 
 pytestmark = [pytest.mark.nats, pytest.mark.asyncio(loop_scope="module")]
 
@@ -105,12 +106,14 @@ async def env(nats_url: str) -> AsyncIterator[Env]:
     )
     await client.start()
     yield Env(gw.addresses["scheduler"], settings, sched, client, buses[3], buses[2], data_dir)
-    await client.stop()
-    await sched.stop()
-    await gw.stop()
+    td = Teardown()
+    await td.step("client stop", client.stop())
+    await td.step("scheduler stop", sched.stop())
+    await td.step("gateway stop", gw.stop())
     for b in buses:
-        await b.close()
+        await td.step(f"bus {b.name} close", b.close())
     shutil.rmtree(data_dir, ignore_errors=True)
+    td.finish()
 
 
 async def running_alloc(env: Env, node_id: str) -> dict[str, Any]:

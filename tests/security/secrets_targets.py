@@ -9,16 +9,15 @@ import os
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import pytest
 import requests
 
-from tests.openbao import OpenBao, bao_binary
-from tests.procs import DevProcess, dev, until
+from tests.openbao import bao_binary
+from tests.procs import until
 
 # A policy that may create child tokens, without sudo.
 CREATOR = 'path "auth/token/create" { capabilities = ["create", "update"] }\n'
@@ -90,22 +89,6 @@ def unique(prefix: str) -> str:
 def eventually(cond: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
     """Poll `cond` until it holds (OpenBao revokes some things asynchronously)."""
     until(cond, timeout, what, interval=0.05)
-
-
-# Fixtures under their own names, so a test module imports them without shadowing parameters.
-@pytest.fixture(scope="module", name="trellis_dev")
-def trellis_dev_fixture() -> Iterator[DevProcess]:
-    with dev() as d:
-        yield d
-
-
-@pytest.fixture(params=["trellis", "openbao"], name="target")
-def target_fixture(request: pytest.FixtureRequest) -> Target:
-    if request.param == "trellis":
-        d: DevProcess = request.getfixturevalue("trellis_dev")
-        return Target("trellis", d.secrets, d.root_token)
-    bao: OpenBao = request.getfixturevalue("openbao")
-    return Target("openbao", bao.addr, bao.token)
 
 
 def userpass(t: Target, policies: str = "default") -> tuple[str, str, str]:

@@ -14,8 +14,6 @@ from tests.security.secrets_targets import (
     Target,
     login,
     ssh_otp_mount,
-    target_fixture,  # noqa: F401 - the `target` fixture
-    trellis_dev_fixture,  # noqa: F401 - the `trellis_dev` fixture
     unique,
     userpass,
 )

@@ -5,8 +5,11 @@ from __future__ import annotations
 from services.secrets.engines.kv.records import Config, KeyRecord, VersionRecord
 from services.secrets.engines.kv.timestamps import NS
 from services.secrets.engines.kv.versions import (
+    RECORD_INLINE_BUDGET,
+    VERSION_INLINE_MAX,
     add_version,
     deletion_time,
+    fits_inline,
     is_deleted,
     key_metadata,
     max_versions,
@@ -75,6 +78,25 @@ def test_add_version_inlines_latest_data_and_times() -> None:
     assert key.latest == b'{"a":1}' and key.updated == 5 and key.created == 1
     add_version(key, Config(), 6, "b2", None)  # too large to inline: no stale copy kept
     assert key.latest is None
+
+
+def test_a_version_without_a_blob_keeps_its_data_in_the_record() -> None:
+    key = fresh()
+    for i in range(1, 4):
+        _, dropped = add_version(key, Config(max_versions=2), i, "", b'{"n":%d}' % i)
+        assert dropped == []  # nothing to purge when the data went with the record
+    assert key.latest is None
+    assert {n: v.data for n, v in key.versions.items()} == {2: b'{"n":2}', 3: b'{"n":3}'}
+    assert all(v.blob == "" for v in key.versions.values())
+
+
+def test_fits_inline_bounds_each_version_and_the_record() -> None:
+    key = fresh()
+    assert not fits_inline(key, VERSION_INLINE_MAX + 1)
+    while fits_inline(key, VERSION_INLINE_MAX):
+        add_version(key, Config(max_versions=100), 1, "", b"x" * VERSION_INLINE_MAX)
+    held = sum(len(v.data or b"") for v in key.versions.values())
+    assert RECORD_INLINE_BUDGET - VERSION_INLINE_MAX < held <= RECORD_INLINE_BUDGET
 
 
 def test_deletion_time_is_the_shorter_setting_and_can_be_disabled() -> None:

@@ -77,3 +77,20 @@ def test_paths_stay_inside_the_alloc_dir(tmp_path: Path) -> None:
     with pytest.raises(fsops.FsError) as exc:
         fsops.stat(str(alloc), "nope")
     assert exc.value.code == 404
+
+
+def test_read_stream_from_start_end_and_past_the_end(tmp_path: Path) -> None:
+    (tmp_path / "alloc").mkdir()
+    (tmp_path / "alloc" / "f.txt").write_bytes(b"0123456789")
+    root = str(tmp_path)
+    assert fsops.read_stream(root, "alloc/f.txt", "start", 4, 3) == (b"456", 10)
+    assert fsops.read_stream(root, "alloc/f.txt", "end", 3, 100) == (b"789", 10)
+    assert fsops.read_stream(root, "alloc/f.txt", "end", 50, 100) == (b"0123456789", 10)
+    # Past the end: nothing, and the size tells the caller the file shrank (a truncation).
+    assert fsops.read_stream(root, "alloc/f.txt", "start", 12, 100) == (b"", 10)
+    with pytest.raises(fsops.FsError) as gone:
+        fsops.read_stream(root, "alloc/none.txt", "start", 0, 10)
+    assert gone.value.code == 404
+    with pytest.raises(fsops.FsError) as folder:
+        fsops.read_stream(root, "alloc", "start", 0, 10)
+    assert folder.value.code == 400

@@ -25,7 +25,11 @@ FOLLOW_POLL = 0.25
 FOLLOW_WAIT = 5.0  # a followed read's chunk waits this long for new output
 LOG_OFFSET = "X-Sched-Log-Offset"
 LOG_DONE = "X-Sched-Log-Done"
+# Set by the gateway on the follow-up chunks of one /v1/client/fs/stream (gateway/streams.py):
+# a file gone by then was deleted while streamed, which is a frame, not a 404.
+STREAM_RESUME = "x-sched-stream-resume"
 READ_LIMIT = 4 * 1024 * 1024  # per answer: bounded memory
+FRAME_SIZE = 64 * 1024  # Nomad's largest stream frame
 
 
 def _alloc(ctx: ApiContext, req: Request, alloc_id: str, cap: str) -> dict[str, Any]:
@@ -189,6 +193,73 @@ async def logs(ctx: ApiContext, req: Request, alloc_id: str) -> Any:
     else:
         resp = _raw(_frames(frames), "application/json")
     resp.headers.update(headers)
+    return resp
+
+
+def _stream_frame(path: str, end: int, data: bytes = b"", event: str = "") -> bytes:
+    # Nomad's StreamFrame: every field omitted when empty; Offset is where the data ends.
+    frame: dict[str, Any] = {"Offset": end} if end else {}
+    if data:
+        frame["Data"] = base64.b64encode(data).decode()
+    frame["File"] = path
+    if event:
+        frame["FileEvent"] = event
+    return json.dumps(frame).encode()
+
+
+async def stream(ctx: ApiContext, req: Request, alloc_id: str) -> Any:
+    """/v1/client/fs/stream: a file of the allocation from `offset` (counted from `origin`),
+    then, with `follow` (the default), what is appended to it, a `file truncated` frame when
+    it shrinks and a `file deleted` frame, the last, when it goes. Answered one chunk per
+    request, as a followed log read is."""
+    a = _alloc(ctx, req, alloc_id, "read-fs")
+    path = req.q("path")
+    if not path:
+        raise bad("must provide a file name")
+    origin = req.q("origin") or "start"
+    if origin not in ("start", "end"):
+        raise bad("origin must be start or end")
+    offset = _int(req, "offset")
+    follow = req.flag("follow") if req.has("follow") else True
+    plain = req.flag("plain")
+    fr = wire.FsRequest(
+        op="stream", alloc_id=a["ID"], path=path, origin=origin, offset=offset, limit=READ_LIMIT
+    )
+    seen = req.headers.get(STREAM_RESUME) == "true"
+    deadline = time.monotonic() + FOLLOW_WAIT
+    frames: list[bytes] = []
+    data = b""
+    pos = offset
+    done = False
+    while True:
+        try:
+            reply = await _ask(ctx, a, fr)
+        except HttpError as exc:
+            if exc.code != 404 or not seen:
+                raise
+            frames.append(_stream_frame(path, pos, event="file deleted"))
+            done = True
+            break
+        seen = True
+        pos = fr.offset if fr.origin == "start" else max(0, reply.total - fr.offset)
+        fr.origin = "start"
+        if reply.total < pos:
+            frames.append(_stream_frame(path, 0, event="file truncated"))
+            fr.offset = pos = 0
+            continue
+        data = reply.data
+        for i in range(0, len(data), FRAME_SIZE):
+            chunk = data[i : i + FRAME_SIZE]
+            frames.append(_stream_frame(path, pos + i + len(chunk), chunk))
+        pos += len(data)
+        fr.offset = pos
+        if data or not follow or time.monotonic() >= deadline:
+            done = not follow and pos >= reply.total
+            break
+        await asyncio.sleep(FOLLOW_POLL)
+    # An empty chunk of frames is Nomad's heartbeat, {}.
+    resp = _raw(data) if plain else _raw(b"".join(frames) or b"{}", "application/json")
+    resp.headers.update({LOG_OFFSET: str(pos), LOG_DONE: "true" if done else "false"})
     return resp
 
 

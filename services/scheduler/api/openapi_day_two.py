@@ -216,4 +216,19 @@ def paths() -> dict[str, Any]:
                 query=[FS_PATH, _q("offset", INT0), _q("limit", INT0)],
             ),
         },
+        "/client/fs/stream/{id}": {
+            "parameters": alloc,
+            "get": _op(
+                "allocFsStream",
+                "stream a file of the allocation (framed JSON, followed unless follow=false)",
+                RAW,
+                query=[
+                    FS_PATH,
+                    _q("origin", {"type": "string", "enum": ["start", "end"]}),
+                    _q("offset", INT0),
+                    _q("follow", {"type": "boolean"}),
+                    _q("plain", {"type": "boolean"}),
+                ],
+            ),
+        },
     }

@@ -71,6 +71,7 @@ ROUTES: list[tuple[list[str], dict[str, Handler]]] = [
     (["client", "fs", "cat", ":id"], {"GET": fs.cat}),
     (["client", "fs", "stat", ":id"], {"GET": fs.stat}),
     (["client", "fs", "readat", ":id"], {"GET": fs.readat}),
+    (["client", "fs", "stream", ":id"], {"GET": fs.stream}),
     (["client", "allocation", ":id", "restart"], {"POST": fs.restart, "PUT": fs.restart}),
     (["client", "allocation", ":id", "signal"], {"POST": fs.signal, "PUT": fs.signal}),
     # Nomad Variables, agent and housekeeping endpoints (issue 21)

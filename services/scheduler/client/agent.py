@@ -268,6 +268,10 @@ class ClientAgent:
             reply.files = [fsops.stat(alloc_dir, req.path)]
         elif req.op == "readat":
             reply.data = fsops.read_at(alloc_dir, req.path, req.offset, req.limit)
+        elif req.op == "stream":
+            reply.data, reply.total = fsops.read_stream(
+                alloc_dir, req.path, req.origin, req.offset, req.limit
+            )
         elif req.op == "logs":
             reply.frames = fsops.read_logs(
                 alloc_dir, req.task, req.stream, req.origin, req.offset, req.limit
@@ -301,7 +305,7 @@ class ClientAgent:
             try:
                 return await call()
             except ServiceError as exc:
-                if exc.code not in (503, 504):
+                if exc.code not in (503, 504) or self._stopping:
                     raise
                 await asyncio.sleep(delay)  # no scheduler replica yet: back off
                 delay = min(delay * 2, 2.0)
@@ -352,6 +356,8 @@ class ClientAgent:
             await asyncio.sleep(2.0)
 
     async def _apply(self, alloc: dict[str, Any], groups: dict[str, Any]) -> None:
+        if self._stopping:
+            return  # a poll answered during stop() must not start what stop() won't kill
         runner = self.runners.get(alloc["ID"])
         stop = alloc["DesiredStatus"] != "run" or alloc["ClientStatus"] == "lost"
         if runner is None:
@@ -441,7 +447,9 @@ class ClientAgent:
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=5)
         if kill_tasks:
-            await asyncio.gather(*(r.stop() for r in self.runners.values()), return_exceptions=True)
+            # Runners already stopping (the scheduler stopped them) are waited for as well.
+            runners = list(self.runners.values())
+            await asyncio.gather(*(r.stop() for r in runners), return_exceptions=True)
         if report:
             with contextlib.suppress(Exception):
                 await self.flush()

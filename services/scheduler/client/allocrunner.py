@@ -41,6 +41,7 @@ class AllocRunner:
         self.health: bool | None = None
         self.stopping = False
         self._health_task: asyncio.Task[None] | None = None
+        self._stop: asyncio.Future[None] | None = None
         self._last_status = ""
         self.tasks: dict[str, TaskRunner] = {}
         for task in group.get("Tasks") or []:
@@ -139,14 +140,18 @@ class AllocRunner:
             await asyncio.sleep(min(0.1, max(min_healthy / 4, 0.02)))
 
     async def stop(self) -> None:
-        if self.stopping:
-            return
-        self.stopping = True
+        """Kill the tasks. Every caller (the scheduler's stop, the agent's shutdown) returns only
+        once they are dead; a caller that is cancelled leaves the kill running."""
+        if self._stop is None:
+            self.stopping = True
+            self._stop = asyncio.ensure_future(self._kill_all())
+        await asyncio.shield(self._stop)
+
+    async def _kill_all(self) -> None:
         await asyncio.gather(*(tr.kill() for tr in self.tasks.values()), return_exceptions=True)
         if self._health_task is not None:
-            self._health_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._health_task
+            self._health_task.cancel()  # its loop also ends on `stopping`
+            await asyncio.wait([self._health_task], timeout=1.0)
         self._changed()
 
 

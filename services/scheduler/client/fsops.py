@@ -78,6 +78,25 @@ def read_at(alloc_dir: str, rel: str, offset: int, limit: int) -> bytes:
         return f.read(limit if limit > 0 else -1)
 
 
+def read_stream(
+    alloc_dir: str, rel: str, origin: str, offset: int, limit: int
+) -> tuple[bytes, int]:
+    """One read of /v1/client/fs/stream: (data, the file's size when read). The data starts at
+    `offset` (origin "start") or `offset` bytes before the end (origin "end"); nothing when the
+    file is now shorter than that start, which the caller reports as a truncation."""
+    path = confine(alloc_dir, rel)
+    _exists(path)
+    if os.path.isdir(path):
+        raise FsError(400, f'file "{rel}" is a directory')
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        start = offset if origin == "start" else max(0, size - offset)
+        if start > size:
+            return b"", size
+        f.seek(start)
+        return f.read(min(limit, size - start)), size
+
+
 def logs_size(alloc_dir: str, task: str, stream: str) -> int:
     log_dir = os.path.join(alloc_dir, "alloc", "logs")
     return sum(os.path.getsize(p) for _, p in log_files(log_dir, task, stream))

@@ -31,6 +31,8 @@ def template_poll() -> float:
 
 
 MAX_EVENTS = 10  # Nomad keeps the last 10 events per task
+# Beyond the kill timeout: a process being started, or SIGKILLed and reaped, also ends in time.
+KILL_SLACK = 15.0
 USER = "User requested restart"
 
 
@@ -243,6 +245,10 @@ class TaskRunner:
         except DriverError as exc:
             self.emit(ev.event("Driver Failure", str(exc), driver_error=str(exc)))
             return ExitResult(exit_code=1, err=str(exc))
+        if self._kill.is_set():
+            # Killed while starting: kill() found no handle, so the new process is ours to end.
+            await self.handle.kill(self.task.get("KillSignal") or "SIGTERM", self.kill_timeout)
+            return None
         self.state["State"] = "running"
         if self.state["StartedAt"] == ev.ZERO_TIME:
             self.state["StartedAt"] = ev.rfc3339()
@@ -284,8 +290,7 @@ class TaskRunner:
             return False
         self._restart_asked = True
         self.emit(ev.event("Restart Signaled", USER))
-        timeout = int(self.task.get("KillTimeout") or 5_000_000_000) / 1e9
-        await self.handle.kill(self.task.get("KillSignal") or "SIGTERM", timeout)
+        await self.handle.kill(self.task.get("KillSignal") or "SIGTERM", self.kill_timeout)
         return True
 
     def signal(self, name: str) -> bool:
@@ -297,13 +302,18 @@ class TaskRunner:
         send(name)
         return True
 
+    @property
+    def kill_timeout(self) -> float:
+        """Seconds between KillSignal and SIGKILL (the task's kill_timeout, Nomad's 5 s)."""
+        return int(self.task.get("KillTimeout") or 5_000_000_000) / 1e9
+
     async def kill(self, reason: str = "") -> None:
         if self.dead:
             return
         self._kill.set()
         if self._watch is not None:
             self._watch.cancel()
-        timeout = int(self.task.get("KillTimeout") or 5_000_000_000) / 1e9
+        timeout = self.kill_timeout
         self.emit(
             ev.event(
                 "Killing",
@@ -314,7 +324,11 @@ class TaskRunner:
         if self.handle is not None:
             await self.handle.kill(self.task.get("KillSignal") or "SIGTERM", timeout)
         if self._task is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(self._task, timeout + 1)
+            # The runner sees the kill flag and ends (killing a process it was still starting);
+            # asyncio.wait never waits on a cancelled task that refuses to finish.
+            await asyncio.wait([self._task], timeout=timeout + KILL_SLACK)
+            if not self._task.done():
+                log.warning("task runner did not stop in time", task=self.task.get("Name"))
+                self._task.cancel()
         self.emit(ev.event("Killed", "Task successfully killed"))
         self._finish(failed=self.state["Failed"])

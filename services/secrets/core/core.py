@@ -70,6 +70,9 @@ class Core:
         self.active = False
         self.dr_mode = "disabled"
         self._sealed_sys: Backend | None = None
+        # Called when what sys/health and sys/seal-status answer may have changed, so the
+        # published state follows at once (core/state_publisher.py).
+        self.state_changed: Callable[[], None] = lambda: None
 
     @property
     def sealed(self) -> bool:
@@ -136,9 +139,11 @@ class Core:
         if self.dr_mode != "secondary":  # a DR secondary revokes nothing: its primary does
             self.expiration.start()
         self.active = True
+        self.state_changed()
 
     async def pre_seal(self) -> None:
         self.active = False
+        self.state_changed()
         self.seal.root_key = None
         self.tokens.invalidate_local()
         await self.expiration.stop()

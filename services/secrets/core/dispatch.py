@@ -142,9 +142,10 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
     op = _METHODS.get(method)
     if op is None:
         raise unsupported_operation()
-    query = parse_qs(env.query, keep_blank_values=True)
+    query = parse_qs(env.query, keep_blank_values=True) if env.query else {}
     want_help = query.get("help", [""])[0] in ("1", "true")
-    if op is Op.READ and query.get("list", [""])[0] in ("1", "true"):
+    # Go's ParseBool, as Vault reads ?list= (hvac's client.list sends list=True).
+    if op is Op.READ and query.get("list", [""])[0] in ("1", "t", "T", "true", "TRUE", "True"):
         op = Op.LIST
     is_write = method in ("POST", "PUT", "PATCH")
     data = (
@@ -232,6 +233,9 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
 
     if not spec.unauthenticated:
         entry = await _authenticate(core, token_id, env.remote_addr)
+        if entry is None and ns_path == "sys/wrapping/unwrap" and not data.get("token"):
+            # As Vault: a client token that is a spent or unknown wrapping token is a 400.
+            raise bad_request("wrapping token is not valid or does not exist")
         if entry is None:
             raise permission_denied()
         acl_path = _acl_path(core, entry, ns, ns_path)

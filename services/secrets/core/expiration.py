@@ -1,6 +1,8 @@
 """Leases and their expiry. Every lease and every expiring token has a schedule entry keyed by the
-minute it falls due; the leader (one replica, by a lease in KV) walks only the due minutes, so
-expiry does not scan everything and does not depend on the replica that issued the lease.
+second it falls due; the leader (one replica, by a lease in KV) keeps the schedule's names in
+memory, loaded from storage when it takes over and kept current by the KV stream (which carries
+every replica's writes), so a pass touches only the due entries and expiry does not depend on
+the replica that issued the lease.
 
 Keys (root barrier): `sys/expire/id/<lease_id>` a lease of the root namespace,
 `sys/expire/ns/<nsid>/id/<lease_id>` one of a child namespace (its id ends in `.<nsid>`, as
@@ -27,6 +29,7 @@ import msgspec
 import structlog
 
 from services.secrets.core import rotation
+from services.secrets.core.expiry_index import ExpiryIndex
 from services.secrets.core.tokens import TokenEntry, random_b62
 
 if TYPE_CHECKING:
@@ -35,8 +38,11 @@ if TYPE_CHECKING:
 log = structlog.get_logger("expiration")
 
 MAX_REVOKE_ATTEMPTS = 6
+PASS_SECONDS = 0.5  # the leader's expiry pass runs at least this often
 # Set once every token created before tokens had leases has one.
 LEGACY_DONE = "migrations/token-leases"
+# The schedule's full storage prefix (the leader follows it) and its folder inside the view.
+SCHEDULE = "sys/expire/at/"
 
 
 class LeaseEntry(msgspec.Struct, kw_only=True):
@@ -99,6 +105,11 @@ class ExpirationManager:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._stopping = False
+        # The leader's copy of the schedule, kept by following the schedule's part of the KV
+        # stream (every replica's writes, in log order); no follower while not the leader.
+        self._index = ExpiryIndex()
+        self._follower: asyncio.Task[None] | None = None
+        self._loaded = asyncio.Event()
 
     @property
     def view(self):  # type: ignore[no-untyped-def]
@@ -140,21 +151,31 @@ class ExpirationManager:
         return lease
 
     async def _schedule(self, kind: str, ref: str, due: float, namespace_id: str) -> None:
+        name = _slot(due, ref)
         await self.view.put_obj(
-            f"at/{_slot(due, ref)}",
-            Scheduled(kind=kind, ref=ref, namespace_id=namespace_id, due=due),
+            f"at/{name}", Scheduled(kind=kind, ref=ref, namespace_id=namespace_id, due=due)
         )
-        self._wake.set()
+        if self._follower is not None:
+            # At once, rather than when the stream delivers it: it may be due already.
+            self._index.add(name)
+        if due - time.time() < PASS_SECONDS:  # due before the next regular pass
+            self._wake.set()
+
+    async def _unschedule(self, name: str) -> None:
+        with contextlib.suppress(Exception):
+            await self.view.delete(f"at/{name}")
+            self._index.discard(name)
 
     # ---- the leases of tokens -----------------------------------------------------------
-    def auth_lease_id(self, entry: TokenEntry) -> str:
-        lease_id = f"{entry.path.strip('/')}/h{self.core.tokens.hash(entry.id)}"
+    def auth_lease_id(self, entry: TokenEntry, token_hash: str = "") -> str:
+        lease_id = f"{entry.path.strip('/')}/h{token_hash or self.core.tokens.hash(entry.id)}"
         return lease_id if entry.namespace_id == "root" else f"{lease_id}.{entry.namespace_id}"
 
     async def register_auth(self, entry: TokenEntry, mount_path: str) -> LeaseEntry:
         """The lease of a new token. Not scheduled: the token's own expiry revokes it."""
+        token_hash = self.core.tokens.hash(entry.id)
         lease = LeaseEntry(
-            lease_id=self.auth_lease_id(entry),
+            lease_id=self.auth_lease_id(entry, token_hash),
             path=entry.path,
             namespace_id=entry.namespace_id,
             mount_path=mount_path,
@@ -162,7 +183,7 @@ class ExpirationManager:
             issue_time=entry.creation_time,
             expire_time=entry.expire_time,
             renewable=entry.renewable,
-            token=self.core.tokens.hash(entry.id),
+            token=token_hash,
             auth=True,
         )
         await self.view.put_obj(_key(lease.lease_id), lease)
@@ -208,10 +229,7 @@ class ExpirationManager:
 
     async def forget_token(self, entry: TokenEntry) -> None:
         if entry.expire_time:
-            with contextlib.suppress(Exception):
-                await self.view.delete(
-                    f"at/{_slot(entry.expire_time, self.core.tokens.hash(entry.id))}"
-                )
+            await self._unschedule(_slot(entry.expire_time, self.core.tokens.hash(entry.id)))
 
     # ---- lookups ------------------------------------------------------------------------
     async def get(self, lease_id: str) -> LeaseEntry | None:
@@ -245,8 +263,7 @@ class ExpirationManager:
         lease.expire_time = new_expire
         lease.last_renewal = now
         await self.view.put_obj(_key(lease.lease_id), lease)
-        with contextlib.suppress(Exception):
-            await self.view.delete(f"at/{old_slot}")
+        await self._unschedule(old_slot)
         await self._schedule("lease", lease.lease_id, new_expire, lease.namespace_id)
         return lease
 
@@ -270,8 +287,7 @@ class ExpirationManager:
         await self.view.delete(_key(lease.lease_id))
         if lease.token:
             await self.view.delete(f"token/{lease.token}/{_h(lease.lease_id)}")
-        with contextlib.suppress(Exception):
-            await self.view.delete(f"at/{_slot(lease.expire_time, lease.lease_id)}")
+        await self._unschedule(_slot(lease.expire_time, lease.lease_id))
 
     async def _revoke_token_of(self, lease: LeaseEntry) -> None:
         ns = self.core.namespaces.by_id.get(lease.namespace_id)
@@ -330,6 +346,7 @@ class ExpirationManager:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(asyncio.shield(task), 5)
             self._stopping = False
+        await self._unfollow()
 
     async def _run(self) -> None:
         migrated = False
@@ -341,34 +358,73 @@ class ExpirationManager:
                         if added:
                             log.info("leases given to tokens issued before leases", count=added)
                         migrated = True
-                    await self.tick(time.time())
+                    if await self._follow():
+                        await self.tick(time.time())
                     await rotation.maybe_auto_rotate(self.core)
+                else:
+                    await self._unfollow()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("expiry pass failed")
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), 0.5)
+                await asyncio.wait_for(self._wake.wait(), PASS_SECONDS)
+
+    # ---- the leader's copy of the schedule ----------------------------------------------
+    async def _follow(self) -> bool:
+        """Follow the schedule (again, from scratch, if the follower ended); True once the
+        index holds everything storage held when following began."""
+        if self._follower is not None and self._follower.done():
+            await self._unfollow()
+        if self._follower is None:
+            self._follower = asyncio.create_task(self._follow_schedule())
+        return self._loaded.is_set()
+
+    async def _unfollow(self) -> None:
+        task, self._follower = self._follower, None
+        if task is not None:
+            task.cancel()
+            # A cancel can be swallowed inside nats-py's watcher (3.11's wait_for) or its stop
+            # can hang on a dead connection: never wait for it for long. An abandoned follower
+            # sees it is no longer current and ends at its next change without touching the index.
+            await asyncio.wait({task}, timeout=2.0)
+        self._loaded.clear()
+        self._index.clear()
+
+    async def _follow_schedule(self) -> None:
+        me = asyncio.current_task()
+        try:
+            async for change in self.core.storage.watch(SCHEDULE):
+                if self._follower is not me:
+                    return
+                if not change.key:  # every name storage held is in: the index is exact
+                    self._loaded.set()
+                    self._wake.set()
+                elif change.value is None:
+                    self._index.discard(change.key[len(SCHEDULE) :])
+                else:
+                    self._index.add(change.key[len(SCHEDULE) :])
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # NATS gone for a while: the next pass follows afresh
+            log.warning("following the expiry schedule failed", error=str(exc))
 
     async def tick(self, now: float) -> int:
         """Process everything due at `now`; returns how many entries were handled."""
         done = 0
-        current = int(now // 60)
-        minutes = sorted(m for m in await self.view.list("at/") if m.endswith("/"))
-        for minute in minutes:
-            if int(minute.rstrip("/")) > current:
-                break
-            for name in await self.view.list(f"at/{minute}"):
-                due = int(name.split("-", 1)[0])
-                if due > now:
-                    continue
-                key = f"at/{minute}{name}"
-                item = await self.view.get_obj(key, Scheduled)
-                if item is not None:
-                    await self._expire(item, now)
-                    done += 1
-                await self.view.delete(key)
+        for name in self._index.due(now):
+            item = await self.view.get_obj(f"at/{name}", Scheduled)
+            if item is None:  # gone already (unscheduled by another replica)
+                self._index.discard(name)
+                continue
+            if item.due > now:  # only a name that did not parse: file it where it belongs
+                await self._schedule(item.kind, item.ref, item.due, item.namespace_id)
+            else:
+                await self._expire(item, now)
+                done += 1
+            await self.view.delete(f"at/{name}")
+            self._index.discard(name)
         return done
 
     async def _expire(self, item: Scheduled, now: float) -> None:

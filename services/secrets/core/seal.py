@@ -137,9 +137,13 @@ class SealManager:
             return None
 
     # ---- state -------------------------------------------------------------------------
-    async def load_config(self) -> SealConfig | None:
+    async def read_config(self) -> SealConfig | None:
+        """The stored seal config, without adopting it."""
         entry = await self._storage.get(SEAL_CONFIG)
-        self.config = None if entry is None else msgspec.json.decode(entry.value, type=SealConfig)
+        return None if entry is None else msgspec.json.decode(entry.value, type=SealConfig)
+
+    async def load_config(self) -> SealConfig | None:
+        self.config = await self.read_config()
         return self.config
 
     @property
@@ -231,6 +235,7 @@ class SealManager:
                 if not self.nonce:
                     self.nonce = str(uuid.uuid4())
                 self.shares[share[-1]] = share
+                self.core.state_changed()  # the progress
                 if len(self.shares) < threshold:
                     return
                 candidates = list(self.shares.values())
@@ -280,6 +285,7 @@ class SealManager:
     def reset(self) -> None:
         self.shares.clear()
         self.nonce = ""
+        self.core.state_changed()
 
     async def reload(self) -> None:
         """Re-read the seal after DR replication replaced storage (a promoted or disabled

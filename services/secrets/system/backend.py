@@ -5,6 +5,7 @@ from __future__ import annotations
 from services.secrets.framework.backend import Backend
 from services.secrets.framework.path import Path
 from services.secrets.system import (
+    audit_paths,
     introspection_paths,
     lease_paths,
     managed_key_paths,
@@ -43,6 +44,8 @@ MODULES += [tools_paths, remount_status_paths]
 MODULES += [rotate_paths, rekey_paths]
 # sys/metrics, Vault's telemetry endpoint (issue 21).
 MODULES += [metrics_paths]
+# sys/audit and sys/audit-hash as OpenBao answers them without API-managed devices.
+MODULES += [audit_paths]
 
 
 class SystemBackend(Backend):

@@ -8,17 +8,17 @@ from typing import TYPE_CHECKING, Annotated
 import msgspec
 
 from services.secrets.core.seal import decode_share
+from services.secrets.core.state_publisher import current_state
 from services.secrets.errors import bad_request
 from services.secrets.framework.fields import desc
 from services.secrets.framework.path import NoFields, Op, Operation, Path, write
 from services.secrets.framework.request import Request, Response
 from services.secrets.system.common import raw_json
+from shared import sys_status
+from shared.sys_status import HealthCodes
 
 if TYPE_CHECKING:
     from services.secrets.core.core import Core
-
-VERSION = "1.17.0+trellis"
-BUILD_DATE = "2026-11-21T00:00:00Z"
 
 
 class InitFields(msgspec.Struct, kw_only=True):
@@ -38,38 +38,8 @@ class UnsealFields(msgspec.Struct, kw_only=True):
     migrate: bool = False
 
 
-class HealthFields(msgspec.Struct, kw_only=True):
-    standbyok: bool = False
-    perfstandbyok: bool = False
-    activecode: int = 200
-    standbycode: int = 429
-    drsecondarycode: int = 472
-    performancestandbycode: int = 473
-    sealedcode: int = 503
-    uninitcode: int = 501
-
-
 def seal_status(core: Core) -> dict[str, object]:
-    cfg = core.seal.config
-    out: dict[str, object] = {
-        "type": cfg.type if cfg else "shamir",
-        "initialized": cfg is not None,
-        "sealed": core.sealed,
-        "t": cfg.secret_threshold if cfg else 0,
-        "n": cfg.secret_shares if cfg else 0,
-        "progress": core.seal.progress,
-        "nonce": core.seal.nonce,
-        "version": VERSION,
-        # OpenBao's name for the build's date (Vault's build_date); `bao status` prints it.
-        "commit_date": BUILD_DATE,
-        "migration": False,
-        "recovery_seal": cfg is not None and cfg.type == "static",
-        "storage_type": "jetstream",
-    }
-    if not core.sealed:
-        out["cluster_name"] = core.settings.cluster_name
-        out["cluster_id"] = core.cluster_id
-    return out
+    return sys_status.seal_status(current_state(core))
 
 
 def paths(core: Core) -> list[Path]:
@@ -121,35 +91,13 @@ def paths(core: Core) -> list[Path]:
         await core.seal.seal()
         return Response()
 
-    async def health(req: Request, f: HealthFields) -> Response:
+    async def health(req: Request, f: HealthCodes) -> Response:
         await core.seal.load_config()
-        initialized = core.seal.initialized
-        sealed = core.sealed
-        if not initialized:
-            code = f.uninitcode
-        elif core.replication_mode() == "secondary":
-            code = f.drsecondarycode
-        elif sealed:
-            code = f.sealedcode
-        else:
-            code = f.activecode
-        body = {
-            "initialized": initialized,
-            "sealed": sealed,
-            "standby": False,
-            "replication_performance_mode": "disabled",
-            "replication_dr_mode": core.replication_mode(),
-            "server_time_utc": int(__import__("time").time()),
-            "version": VERSION,
-            "cluster_name": core.settings.cluster_name if not sealed else "",
-            "cluster_id": core.cluster_id if not sealed else "",
-        }
-        return raw_json(body, status=code)
+        status, body = sys_status.health(current_state(core), f)
+        return raw_json(body, status=status)
 
     async def leader(req: Request, _: NoFields) -> Response:
-        # Every unsealed replica serves every request: there is no active node and no standby
-        # to forward to, which is what ha_enabled=false says (as OpenBao's single node does).
-        return raw_json({"ha_enabled": False})
+        return raw_json(sys_status.LEADER)
 
     unauth = {"unauthenticated": True}
     return [
@@ -181,7 +129,7 @@ def paths(core: Core) -> list[Path]:
         Path(
             "health",
             {Op.READ: Operation(health, "Health", **unauth)},
-            HealthFields,
+            HealthCodes,
             synopsis="Health of the node, as a status code.",
         ),
         Path(

@@ -12,9 +12,15 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
+import structlog
+
 from services.scheduler.client.drivers.base import DriverError, ExitResult
 from services.scheduler.client.logrotate import MB, RotatingWriter
 from services.scheduler.client.taskdir import RunAs
+
+log = structlog.get_logger("scheduler.client.raw_exec")
+
+REAP_WAIT = 10.0  # seconds a SIGKILLed task may take to be reaped
 
 
 class _ProcHandle:
@@ -38,19 +44,37 @@ class _ProcHandle:
             self._signal_group(getattr(signal, signal_name))
 
     def _signal_group(self, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
+        try:
             os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            # No group led by the task yet (or any more): signal the process itself, so that a
+            # kill is never lost while the process lives.
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(sig)
+        except PermissionError:
+            pass
 
     async def kill(self, signal_name: str, grace: float) -> None:
         if self.proc.returncode is not None:
             return
         sig = getattr(signal, signal_name or "SIGTERM", signal.SIGTERM)
         self._signal_group(sig)
-        try:
-            await asyncio.wait_for(self.proc.wait(), grace)
-        except TimeoutError:
-            self._signal_group(signal.SIGKILL)
-            await self.proc.wait()
+        if await _exited(self.proc, grace):
+            return
+        self._signal_group(signal.SIGKILL)
+        if not await _exited(self.proc, REAP_WAIT):
+            # Unkillable (stuck in the kernel): give up rather than hang the agent's stop.
+            log.warning("task process survived SIGKILL", pid=self.proc.pid)
+
+
+async def _exited(proc: asyncio.subprocess.Process, timeout: float) -> bool:
+    """Whether the process exited within `timeout` (asyncio.wait: never swallows a cancel)."""
+    waiter = asyncio.ensure_future(proc.wait())
+    try:
+        done, _ = await asyncio.wait([waiter], timeout=timeout)
+    finally:
+        waiter.cancel()  # a no-op once it finished
+    return bool(done)
 
 
 def log_config(task: dict[str, Any]) -> tuple[int, int]:

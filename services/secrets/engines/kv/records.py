@@ -1,5 +1,5 @@
 """What KV keeps in storage (always behind the barrier): the v2 per-key record, the mount config.
-msgpack because the records are never read by people and the latest data rides inside as bytes."""
+msgpack because the records are never read by people and version data rides inside as bytes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ class VersionRecord(msgspec.Struct, omit_defaults=True):
     created: int  # ns since the epoch
     deleted: int = 0  # ns; 0 = not deleted; may lie in the future (delete_version_after)
     destroyed: bool = False
-    blob: str = ""  # id of the storage entry that holds this version's data; "" once destroyed
+    blob: str = ""  # id of the storage entry that holds this version's data, if it has one
+    data: bytes | None = None  # the JSON data itself when small enough to keep in the record
 
 
 class KeyRecord(msgspec.Struct, omit_defaults=True):
@@ -29,7 +30,8 @@ class KeyRecord(msgspec.Struct, omit_defaults=True):
     metadata_version: int = 0
     metadata_cas_required: bool = False
     versions: dict[int, VersionRecord] = {}
-    # A copy of the current version's JSON data, so reading the latest version costs one get.
+    # A copy of the current version's JSON data when that version lives in a blob, so reading
+    # the latest version costs one get.
     latest: bytes | None = None
 
 

@@ -2,32 +2,45 @@
 goes through.
 
     v1/<path>    a v1 entry (JSON)
-    meta/<path>  a v2 KeyRecord: metadata, versions, and a copy of the latest data
-    blob/<id>    one v2 version's data (JSON); ids are random, so a writer that loses a race
-                 deletes its own blob without touching anyone else's
+    meta/<path>  a v2 KeyRecord: metadata, versions, and the data of small versions (or a copy
+                 of the latest data)
+    blob/<id>    the data (JSON) of a version too large to keep in the record; ids are random,
+                 so a writer that loses a race deletes its own blob without touching anyone
+                 else's
     config       the v2 mount config
     upgraded     present once v1 entries have been moved to v2
 
-A v2 write first creates its blob, then swaps the key record by CAS on its revision (`create`
-for a new key); a conflict re-reads and retries, so two replicas never lose a version.
+A v2 write of small data is one record write; a larger one first creates its blob, then swaps
+the key record by CAS on its revision (`create` for a new key), so a record never names a blob
+that is not stored. Writers of one key in one replica are queued and written together
+(group_commit); a conflict with another replica re-reads and retries, so no version is lost.
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
 import secrets
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
 from services.secrets.core.barrier import BarrierView, CasConflict
 from services.secrets.engines.kv import records
+from services.secrets.engines.kv.group_commit import (
+    MAX_ATTEMPTS,
+    UNSET,
+    Change,
+    Got,
+    GroupCommit,
+    Plan,
+    Unset,
+    backoff,
+    busy,
+)
 from services.secrets.engines.kv.records import Config, KeyRecord
-from services.secrets.errors import SecretsError
 from services.secrets.framework.request import Request
+
+__all__ = ["UNSET", "Change", "Got", "KVStore", "Plan", "Unset"]
 
 log = structlog.get_logger("kv")
 
@@ -39,40 +52,12 @@ UPGRADED = "upgraded"
 
 # Latest data above this size is not copied into the key record (reads then take two gets).
 INLINE_MAX = 128 * 1024
-# A CAS loop gives up after this many conflicts (only under pathological contention).
-MAX_ATTEMPTS = 64
-
-Got = tuple[KeyRecord, int] | None  # a key record and its revision, or None when absent
-
-
-class Unset:
-    """Not read yet (whereas None means: read, and absent)."""
-
-
-UNSET = Unset()
-
-
-@dataclass
-class Plan:
-    """What a change decided: the record to write (None: write nothing), the blobs that the
-    write makes unreferenced, blobs created for this attempt only, and the handler's result."""
-
-    record: KeyRecord | None
-    result: Any = None
-    drop: list[str] = field(default_factory=list)
-    undo: list[str] = field(default_factory=list)
-
-
-Change = Callable[[KeyRecord | None], Awaitable[Plan]]
-
-
-def busy() -> SecretsError:
-    return SecretsError(503, "the key is being changed by too many writers at once; retry")
 
 
 class KVStore:
     def __init__(self, view: BarrierView) -> None:
         self.view = view
+        self.commits = GroupCommit(self.get_key, self._write_key, self.delete_blobs)
 
     # ---- records ------------------------------------------------------------------------
     async def get_key(self, path: str) -> Got:
@@ -106,6 +91,18 @@ class KVStore:
     async def get_blob(self, blob: str) -> bytes | None:
         return await self.view.get(BLOB + blob) if blob else None
 
+    async def version_data(self, key: KeyRecord, number: int) -> bytes | None:
+        """A version's JSON data: from the record when it is kept there, else from its blob;
+        None once destroyed or pruned."""
+        entry = key.versions.get(number)
+        if entry is None:
+            return None
+        if entry.data is not None:
+            return entry.data
+        if number == key.current and key.latest is not None:
+            return key.latest
+        return await self.get_blob(entry.blob)
+
     async def delete_blobs(self, blobs: list[str]) -> None:
         """Best effort: a blob left behind is unreferenced ciphertext, never readable data."""
         if not blobs:
@@ -119,34 +116,15 @@ class KVStore:
 
     # ---- check-and-set ------------------------------------------------------------------
     async def mutate(self, path: str, change: Change, got: Got | Unset = UNSET) -> Any:
-        """Apply `change` to the key's current record and write the result by CAS, re-reading
-        and re-applying on conflict. `got` is a record the caller already read (possibly
-        stale: the CAS catches that)."""
-        for attempt in range(MAX_ATTEMPTS):
-            if isinstance(got, Unset):
-                got = await self.get_key(path)
-            record, revision = got if got is not None else (None, 0)
-            plan = await change(record)
-            if plan.record is None:
-                await self.delete_blobs(plan.undo)
-                return plan.result
-            raw = records.encode(plan.record)
-            try:
-                if revision:
-                    await self.view.update(META + path, raw, revision)
-                else:
-                    await self.view.create(META + path, raw)
-            except CasConflict:
-                await self.delete_blobs(plan.undo)
-                got = UNSET
-                await backoff(attempt)
-                continue
-            except Exception:
-                await self.delete_blobs(plan.undo)
-                raise
-            await self.delete_blobs(plan.drop)
-            return plan.result
-        raise busy()
+        """Apply `change` to the key's current record and write the result by CAS, together
+        with the changes other requests of this replica queued for the same key (group_commit).
+        `got` is a record the caller already read (possibly stale: the CAS catches that)."""
+        return await self.commits.submit(path, change, got)
+
+    async def _write_key(self, path: str, raw: bytes, revision: int) -> int:
+        if revision:
+            return await self.view.update(META + path, raw, revision)
+        return await self.view.create(META + path, raw)
 
     async def delete_key(self, path: str, got: Got | Unset = UNSET) -> None:
         """Remove a key record and all its versions. The record goes first, by CAS, so a write
@@ -163,6 +141,7 @@ class KVStore:
                 got = UNSET
                 await backoff(attempt)
                 continue
+            self.commits.forget(path)
             await self.delete_blobs([v.blob for v in record.versions.values() if v.blob])
             return
         raise busy()
@@ -171,11 +150,6 @@ class KVStore:
 async def cas_delete(view: BarrierView, path: str, revision: int) -> None:
     """Delete `path` only if it is still at `revision`."""
     await view.delete(path, revision)
-
-
-async def backoff(attempt: int) -> None:
-    # Jitter so two replicas that collided do not collide again in lockstep.
-    await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
 
 
 # ---- a record read by the existence check, handed to the handler of the same request ------

@@ -21,7 +21,14 @@ from services.secrets.engines.kv.store import (
     recall,
 )
 from services.secrets.engines.kv.timestamps import now_ns
-from services.secrets.engines.kv.versions import add_version, is_deleted, readable, version_metadata
+from services.secrets.engines.kv.versions import (
+    VERSION_INLINE_MAX,
+    add_version,
+    fits_inline,
+    is_deleted,
+    readable,
+    version_metadata,
+)
 from services.secrets.errors import SecretsError, bad_request, not_found
 from services.secrets.framework.path import Op, Operation, Path, write
 from services.secrets.framework.request import Request, Response
@@ -58,11 +65,9 @@ async def read_version(
         raise not_found()
     if not readable(entry, now_ns()):
         return deleted_response(key, number, body)
-    raw = key.latest if number == key.current and key.latest is not None else None
-    if raw is None:
-        raw = await store.get_blob(entry.blob)
-        if raw is None:  # pruned or destroyed between the two gets
-            raise not_found()
+    raw = await store.version_data(key, number)
+    if raw is None:  # pruned or destroyed between the two gets
+        raise not_found()
     return key, number, raw
 
 
@@ -72,6 +77,21 @@ def check_cas(cas: int | None, config: Config, key: KeyRecord) -> None:
             raise bad_request("check-and-set parameter required for this call")
     elif cas != key.current:
         raise bad_request("check-and-set parameter did not match the current version")
+
+
+async def add_data(
+    store: KVStore, key: KeyRecord, config: Config, now: int, raw: bytes, blob: str = ""
+) -> tuple[int, list[str], list[str]]:
+    """Add `raw` as the key's new version: in `blob` when given, else in the record when it
+    fits, else in a blob created here. Returns (version number, blobs no longer referenced,
+    blobs created here)."""
+    created = []
+    if not blob and not fits_inline(key, len(raw)):
+        blob = await store.create_blob(raw)
+        created.append(blob)
+    inline = raw if len(raw) <= INLINE_MAX else None
+    number, dropped = add_version(key, config, now, blob, inline)
+    return number, dropped, created
 
 
 def require_merge_patch(req: Request) -> None:
@@ -117,16 +137,20 @@ def paths(backend: KVBackend) -> list[Path]:
         async def current() -> Got:
             return await store.get_key(f.path) if isinstance(got, Unset) else got
 
+        async def large_blob() -> str:
+            # Data too large for the record is stored (durably) before any record names it.
+            return "" if len(raw) <= VERSION_INLINE_MAX else await store.create_blob(raw)
+
         # The blob, the config and (unless prefetched) the record are fetched in parallel.
         blob, config, record = await asyncio.gather(
-            store.create_blob(raw), store.get_config(), current(), return_exceptions=True
+            large_blob(), store.get_config(), current(), return_exceptions=True
         )
         if (
             isinstance(blob, BaseException)
             or isinstance(config, BaseException)
             or isinstance(record, BaseException)
         ):
-            if isinstance(blob, str):
+            if isinstance(blob, str) and blob:
                 await store.delete_blobs([blob])
             raise next(r for r in (blob, config, record) if isinstance(r, BaseException))
 
@@ -134,15 +158,15 @@ def paths(backend: KVBackend) -> list[Path]:
             now = now_ns()
             key = key or KeyRecord(created=now, updated=now)
             check_cas(cas, config, key)
-            number, dropped = add_version(
-                key, config, now, blob, raw if len(raw) <= INLINE_MAX else None
-            )
-            return Plan(key, written(key, number), drop=dropped)
+            number, dropped, created = await add_data(store, key, config, now, raw, blob)
+            return Plan(key, written(key, number), drop=dropped, undo=created)
 
         try:
             return await store.mutate(f.path, change, record)
-        except BaseException:
-            await store.delete_blobs([blob])
+        except SecretsError:
+            # Refused, so no record names the blob (any other error may have written it).
+            if blob:
+                await store.delete_blobs([blob])
             raise
 
     async def patch(req: Request, f: DataPath) -> Response:
@@ -158,19 +182,15 @@ def paths(backend: KVBackend) -> list[Path]:
             entry = key.versions.get(key.current)
             if entry is None or not readable(entry, now_ns()):
                 raise not_found()
-            current = key.latest if key.latest is not None else await store.get_blob(entry.blob)
+            current = await store.version_data(key, key.current)
             if current is None:
                 raise not_found()
             try:
                 raw = msgspec.json.encode(merge_patch(msgspec.json.decode(current), delta))
             except RecursionError:
                 raise bad_request("data is nested too deeply") from None
-            blob = await store.create_blob(raw)
-            now = now_ns()
-            number, dropped = add_version(
-                key, config, now, blob, raw if len(raw) <= INLINE_MAX else None
-            )
-            return Plan(key, written(key, number), drop=dropped, undo=[blob])
+            number, dropped, created = await add_data(store, key, config, now_ns(), raw)
+            return Plan(key, written(key, number), drop=dropped, undo=created)
 
         return await store.mutate(f.path, change)
 

@@ -48,6 +48,7 @@ def destroy(key: KeyRecord, n: int, v: VersionRecord, _now: int) -> bool:
     if v.destroyed:
         return False
     v.destroyed = True
+    v.data = None
     if n == key.current:
         key.latest = None  # the inline copy goes with the version
     return True

@@ -10,6 +10,10 @@ from services.secrets.engines.kv.timestamps import NS, optional_rfc3339, rfc3339
 from services.secrets.framework.durations import format_duration
 
 DEFAULT_MAX_VERSIONS = 10
+# Small versions are kept in the key record itself, so writing one is a single storage write;
+# the budget bounds the record, which every read and write of the key carries.
+VERSION_INLINE_MAX = 4 * 1024
+RECORD_INLINE_BUDGET = 16 * 1024
 
 
 def max_versions(key: KeyRecord, config: Config) -> int:
@@ -30,20 +34,34 @@ def deletion_time(created: int, config: Config, key: KeyRecord) -> int:
     return created + min(afters) * NS if afters else 0
 
 
+def fits_inline(key: KeyRecord, size: int) -> bool:
+    """Whether a new version of `size` bytes can be kept in the record."""
+    if size > VERSION_INLINE_MAX:
+        return False
+    held = sum(len(v.data) for v in key.versions.values() if v.data is not None)
+    return held + size <= RECORD_INLINE_BUDGET
+
+
 def add_version(
     key: KeyRecord, config: Config, now: int, blob: str, data: bytes | None
 ) -> tuple[int, list[str]]:
-    """Append a version holding `blob` (its data, inlined as `data` when given) and slide the
-    window of kept versions. Returns (new version number, blob ids no longer referenced).
+    """Append a version and slide the window of kept versions. The version's data is in the
+    entry `blob` (and copied as the latest data when `data` is given), or, when `blob` is "",
+    kept in the record as `data`. Returns (new version number, blob ids no longer referenced).
 
     The window follows Vault: `oldest` stays 0 until the key first holds max_versions versions,
     then it is the oldest version kept."""
+    if not blob and data is None:
+        raise ValueError("a version needs a blob or its data")
     key.current += 1
     key.versions[key.current] = VersionRecord(
-        created=now, deleted=deletion_time(now, config, key), blob=blob
+        created=now,
+        deleted=deletion_time(now, config, key),
+        blob=blob,
+        data=None if blob else data,
     )
     key.updated = now
-    key.latest = data
+    key.latest = data if blob else None
     keep = max_versions(key, config)
     dropped: list[str] = []
     if key.current - key.oldest >= keep:

@@ -86,7 +86,7 @@ def options(f: SignFields) -> Options:
             raise TransitError(
                 f"salt length neither 'auto', 'hash', nor an int: {f.salt_length}"
             ) from None
-        if salt_len < 0:
+        if salt_len < ops.SALT_HASH:  # as Go's rsa: -1 is the hash's length, 0 "auto"
             raise TransitError(f"requested salt length {salt_len} is invalid")
     return Options(
         hash_algorithm=algo,
