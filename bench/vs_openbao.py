@@ -551,12 +551,21 @@ def main() -> int:
     )
     ap.add_argument("--only", default="", help="comma list of workload keys")
     ap.add_argument("--profile", default="", help="directory for py-spy speedscope profiles")
+    ap.add_argument(
+        "--dev-arg",
+        action="append",
+        default=[],
+        help="an extra `trellis dev` argument, e.g. --dev-arg=--secrets-replicas=2 (repeatable);"
+        " the goals are judged on the defaults",
+    )
     args = ap.parse_args()
     wanted = [w for w in WORKLOADS if not args.only or w.key in args.only.split(",")]
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not on PATH (apt-get install wrk)")
     print(f"load average before: {loadavg()}  ({os.cpu_count()} cpus)", flush=True)
-    with openbao_raft() as bao, trellis_dev() as dev:
+    if args.dev_arg:
+        print(f"trellis dev {' '.join(args.dev_arg)} (not the defaults)", flush=True)
+    with openbao_raft() as bao, trellis_dev(*args.dev_arg) as dev:
         trellis = Server("trellis", dev.secrets, dev.root_token, dev.proc.pid)
         prepare(bao, args.root_token)
         prepare(trellis, args.root_token)

@@ -63,3 +63,39 @@ async def test_replies_errors_and_cleanup(nats_url: str, unique: str) -> None:
     finally:
         await client.close()
         await server.close()
+
+
+async def test_a_subscriber_not_yet_visible_gets_a_second_chance(
+    nats_url: str, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nats-server sometimes answers "no responders" to a request sent right after another
+    connection subscribed and flushed; one retry reaches the subscriber, and a subject nobody
+    serves still fails (after the retry, within the caller's timeout)."""
+    server = await nats.connect(nats_url)
+    client = await nats.connect(nats_url)
+    real = nats_request._request_once
+    calls: list[str] = []
+
+    async def first_unseen(nc, subject, payload, *, timeout, headers):  # type: ignore[no-untyped-def]
+        calls.append(subject)
+        if len(calls) == 1:
+            raise nats.errors.NoRespondersError
+        return await real(nc, subject, payload, timeout=timeout, headers=headers)
+
+    async def echo(msg: Msg) -> None:
+        await server.publish(msg.reply, msg.data)
+
+    try:
+        await server.subscribe(f"{unique}.late", cb=echo)
+        await server.flush()
+        monkeypatch.setattr(nats_request, "_request_once", first_unseen)
+        reply = await nats_request.request(client, f"{unique}.late", b"hi", timeout=2)
+        assert reply.data == b"hi" and len(calls) == 2
+        monkeypatch.setattr(nats_request, "_request_once", real)
+        with pytest.raises(nats.errors.NoRespondersError):
+            await nats_request.request(client, f"{unique}.nobody", b"x", timeout=2)
+        with pytest.raises(nats.errors.NoRespondersError):  # no time left for a retry
+            await nats_request.request(client, f"{unique}.nobody", b"x", timeout=0.01)
+    finally:
+        await client.close()
+        await server.close()
