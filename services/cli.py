@@ -8,7 +8,7 @@ import argparse
 import asyncio
 import sys
 
-from shared.runner import SERVICES, run_service
+from shared.service_table import SERVICES
 from shared.settings import load_settings
 
 
@@ -49,6 +49,12 @@ def main(argv: list[str] | None = None) -> None:
         "--tls",
         action="store_true",
         help="serve HTTPS with a development CA issued by Trellis's own PKI engine",
+    )
+    dev.add_argument(
+        "--tls-client-ca-file",
+        default="",
+        help="with --tls: ask clients of the secrets API for a certificate from these CAs "
+        "(PEM; for the cert auth method)",
     )
     dev.add_argument("--log-json", action="store_true")
     dev.add_argument("--secrets-replicas", type=int, default=1)
@@ -104,6 +110,10 @@ def main(argv: list[str] | None = None) -> None:
     if should_be_init():  # PID 1 of a container: reap orphans, forward signals (shared/pid1.py)
         command = sys.argv[1:] if argv is None else argv
         sys.exit(run_as_init([sys.executable, "-m", "services.cli", *command]))
+    # Only a service process needs the bus and the service's own modules.
+    from shared.runner import pass_start_gate, run_service
+
+    pass_start_gate(args.service)
     settings = load_settings(
         args.config, nats_url=args.nats_url, insecure_bus=True if args.insecure_bus else None
     )

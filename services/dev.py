@@ -25,11 +25,9 @@ from services.supervisor import (
     restrict_umask,
     write_private,
 )
-from shared.bus_guard import require_closed_bus
 from shared.localnet import free_port, http_json
 from shared.nats_binary import MISSING as NATS_MISSING
 from shared.nats_binary import find_nats_server
-from shared.runner import nats_options
 from shared.settings import load_settings
 
 KEYS_FILE = "dev-keys.json"
@@ -130,10 +128,13 @@ def _submit_kept(base: str, key: str, keys_path: Path) -> tuple[int, Any]:
     return code, body
 
 
-def _bootstrap(sup: Supervisor, args: Any, data_dir: Path, started: list[Child]) -> tuple[str, str]:
+def _bootstrap(
+    sup: Supervisor, args: Any, data_dir: Path, started: list[Child], scheduler: bool
+) -> tuple[str, str, str]:
     """Initialise, unseal and create the root token through a gateway on private loopback
     ports, so that the public secrets listener first answers once the root token works (as
-    OpenBao's dev server, which is ready before it listens)."""
+    OpenBao's dev server, which is ready before it listens); with the `scheduler`, also its
+    credential for task secrets. (unseal key, root token, scheduler credential or "")."""
     port = free_port()
     private = sup.spawn(
         "gateway-bootstrap",
@@ -164,7 +165,10 @@ def _bootstrap(sup: Supervisor, args: Any, data_dir: Path, started: list[Child])
         if getattr(args, "tls", False):
             _step("issuing the development CA and TLS certificate")
             dev_tls.enable(sup.env, dev_tls.issue(base, token, data_dir))
-        return key, token
+        # Secrets for tasks: a credential only for creating task tokens (not the root).
+        from services.scheduler.secrets_credential import provision
+
+        return key, token, provision(base, token) if scheduler else ""
     finally:
         sup.retire(private)
 
@@ -187,6 +191,74 @@ def _unseal_after_restart(sup: Supervisor, base: str, data_dir: Path) -> Any:
             time.sleep(0.2)
 
     return hook
+
+
+def _start_gated(sup: Supervisor, wanted: set[str], data_dir: Path, acl: bool) -> dict[str, Child]:
+    """The gateway, workspace, scheduler and client, started now behind their start gates
+    (shared/start_gate.py), so that their imports overlap the bootstrap; `_release` lets them
+    go once the root token exists. The scheduler's and the client's local state
+    (acl-bootstrap-reset, node identity, task dirs) live under the data dir, as Nomad's."""
+    local = {"TRELLIS_DATA_DIR": str(data_dir)}
+    late = {"gateway": sup.service("gateway", gated=True)}
+    if "scheduler" in wanted:
+        env = {"TRELLIS_SCHEDULER_ACL": "true" if acl else "false", **local}
+        late["scheduler"] = sup.service("scheduler", extra_env=env, gated=True)
+    if "workspace" in wanted:
+        late["workspace"] = sup.service("workspace", gated=True)
+    if "client" in wanted:
+        # The client runs user code: it gets no token (it speaks for its node with its own
+        # node secret), and its tasks get an environment built for them.
+        late["client"] = sup.service("client", "--datacenter", "dc1", extra_env=local, gated=True)
+    return late
+
+
+def _release(
+    sup: Supervisor,
+    args: Any,
+    late: dict[str, Child],
+    token: str,
+    sched_secrets: str,
+    tls: dict[str, str],
+) -> None:
+    """Let the gated services go, each with only its own token, in the order their needs
+    allow; return once every service says it is ready."""
+    base = f"{dev_tls.scheme(args)}://{args.secrets_addr}"
+    sup.release(late["gateway"], tls)
+    if "scheduler" in late:
+        env = {
+            "TRELLIS_SCHEDULER_MANAGEMENT_TOKEN": token,
+            "TRELLIS_SCHEDULER_SECRETS_TOKEN": sched_secrets,
+        }
+        sup.release(late["scheduler"], {**tls, **env})
+    # With scheduler ACLs, the workspace's remote runs need a token of their own, created
+    # through the scheduler API once it answers.
+    runs = args.acl and "scheduler" in late
+    if "workspace" in late and not runs:
+        sup.release(late["workspace"], {**tls, "TRELLIS_WORKSPACE_ADMIN_TOKEN": token})
+    _wait(
+        "the gateway",
+        lambda: http_json("GET", f"{base}/v1/sys/health")[0] == 200,
+        procs=sup.children,
+    )
+    if "workspace" in late and runs:
+        from services.workspace.runner_credential import provision as runs_token
+
+        sched = f"{dev_tls.scheme(args)}://{args.scheduler_addr}"
+        env = {
+            "TRELLIS_WORKSPACE_ADMIN_TOKEN": token,
+            "TRELLIS_RUNNER_SCHEDULER_TOKEN": runs_token(sched, token),
+        }
+        sup.release(late["workspace"], {**tls, **env})
+    if "client" in late:
+        if "scheduler" in late:  # it registers its node there first
+            _wait("the scheduler", lambda: sup.ready(late["scheduler"]), procs=sup.children)
+        sup.release(late["client"], tls)
+    _step("waiting for every service to be ready")
+    _wait(
+        "every service",
+        lambda: all(sup.ready(c) for c in sup.children if c.health),
+        procs=sup.children,
+    )
 
 
 def run_dev(args: Any) -> int:
@@ -212,6 +284,7 @@ def run_dev(args: Any) -> int:
     }
     if args.plugin_directory:
         env["TRELLIS_PLUGIN_DIRECTORY"] = str(Path(args.plugin_directory).resolve())
+    env.update(dev_tls.client_ca_env(args))
     sup = Supervisor(data_dir / "logs", env)
     insecure = bool(getattr(args, "insecure_bus", False))
     bus = dev_nats.prepare(
@@ -222,6 +295,8 @@ def run_dev(args: Any) -> int:
     code = 0
     try:
         if args.nats_url:
+            from shared.bus_guard import require_closed_bus
+
             # An external NATS: the services use the credentials of the environment/settings,
             # and an open NATS is refused unless --insecure-bus.
             asyncio.run(
@@ -232,7 +307,7 @@ def run_dev(args: Any) -> int:
         _step("starting nats-server")
         nats_url = args.nats_url or start_nats(sup, data_dir, args.cluster_name)
         sup.env["TRELLIS_NATS_URL"] = nats_url
-        _step("starting the secrets service")
+        _step("starting the services")
         wanted = (
             {"crypto", "replication", "workspace", "scheduler", "client"}
             if args.services == "all"
@@ -243,49 +318,16 @@ def run_dev(args: Any) -> int:
             started.append(sup.service("replication"))
         if "crypto" in wanted:
             started.append(sup.service("crypto", "--processes", str(max(1, args.crypto_processes))))
-        key, token = _bootstrap(sup, args, data_dir, started)
+        late = _start_gated(sup, wanted, data_dir, args.acl)
+        env_before = dict(sup.env)
+        key, token, sched_secrets = _bootstrap(sup, args, data_dir, started, "scheduler" in late)
         base = f"{dev_tls.scheme(args)}://{args.secrets_addr}"
         for child in started:
             if child.kind == "secrets":
                 child.on_restart = _unseal_after_restart(sup, base, data_dir)
-        _step("starting the gateway")
-        gw = sup.service("gateway")
-        _wait(
-            "the gateway",
-            lambda: http_json("GET", f"{base}/v1/sys/health")[0] == 200,
-            procs=[*started, gw],
-        )
-        _step("starting the workspace and scheduler services and a client node")
-        # The scheduler's and the client's local state (acl-bootstrap-reset, node identity, task
-        # dirs) live under the data dir, as Nomad's data_dir. Each service gets only its own token.
-        local = {"TRELLIS_DATA_DIR": str(data_dir)}
-        extra = {
-            "workspace": {"TRELLIS_WORKSPACE_ADMIN_TOKEN": token},
-            "scheduler": {
-                "TRELLIS_SCHEDULER_MANAGEMENT_TOKEN": token,
-                "TRELLIS_SCHEDULER_ACL": "true" if args.acl else "false",
-                **local,
-            },
-        }
-        if "scheduler" in wanted:
-            # Secrets for tasks: a credential only for creating task tokens (not the root).
-            from services.scheduler.secrets_credential import provision
-
-            extra["scheduler"]["TRELLIS_SCHEDULER_SECRETS_TOKEN"] = provision(base, token)
-        for name in ("scheduler", "workspace"):
-            if name not in wanted:
-                continue
-            if name == "workspace" and args.acl and "scheduler" in wanted:
-                # Remote runs: the workspace service's own scheduler token (not the root).
-                from services.workspace.runner_credential import provision as runs_token
-
-                sched = f"{dev_tls.scheme(args)}://{args.scheduler_addr}"
-                extra[name]["TRELLIS_RUNNER_SCHEDULER_TOKEN"] = runs_token(sched, token)
-            sup.service(name, extra_env=extra[name])
-        if "client" in wanted:
-            # The client runs user code: it gets no token (it speaks for its node with its own
-            # node secret), and its tasks get an environment built for them.
-            sup.service("client", "--datacenter", "dc1", extra_env=local)
+        # What the bootstrap added for every later service (--tls: serve HTTPS).
+        tls = {k: v for k, v in sup.env.items() if env_before.get(k) != v}
+        _release(sup, args, late, token, sched_secrets, tls)
         if sys.stderr.isatty():
             sys.stderr.write("\n")
         print(
@@ -320,6 +362,9 @@ def run_server(config: str, *, insecure_bus: bool = False) -> int:
     restrict_umask()
     # Validated here; each child reads the same file.
     settings = load_settings(config, insecure_bus=True if insecure_bus else None)
+    from shared.bus_guard import require_closed_bus
+    from shared.runner import nats_options
+
     asyncio.run(require_closed_bus(settings, nats_options(settings).get("tls")))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if insecure_bus:

@@ -165,6 +165,20 @@ def enable(env: dict[str, str], tls: DevTls) -> None:
     trust_ca(str(tls.ca_file))
 
 
+def client_ca_env(args: Any) -> dict[str, str]:
+    """--tls-client-ca-file: the secrets listener asks clients for a certificate (cert auth).
+    Only an HTTPS listener can; the bootstrap listener is plain HTTP and ignores it."""
+    ca_file = getattr(args, "tls_client_ca_file", "")
+    if not ca_file:
+        return {}
+    if not getattr(args, "tls", False):
+        raise SystemExit("--tls-client-ca-file needs --tls")
+    path = Path(ca_file).resolve()
+    if not path.is_file():
+        raise SystemExit(f"--tls-client-ca-file: {ca_file} is not a readable file")
+    return {"TRELLIS_SECRETS_TLS__CLIENT_CA_FILE": str(path)}
+
+
 def banner(args: Any, data_dir: Path) -> str:
     """The start-up line naming the CA clients must trust (empty without --tls)."""
     if not getattr(args, "tls", False):

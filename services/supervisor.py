@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import IO
 
 from services.restarts import RestartPolicy
-from shared.localnet import free_port
+from shared import start_gate
+from shared.localnet import free_port, http_json
 
 # Kubernetes gives a pod 30 s between SIGTERM and SIGKILL; finish well inside it.
 STOP_TIMEOUT = 25.0
@@ -127,6 +128,8 @@ class Child:
     on_restart: Callable[[Child], None] | None = None
     restart_at: float | None = None  # a restart is due at this monotonic time
     restarts: int = 0
+    gate: int | None = None  # started behind a start gate not yet released (its write end)
+    health: str = ""  # host:port of its health server (/readyz)
 
     @property
     def kind(self) -> str:
@@ -157,18 +160,43 @@ class Supervisor:
 
     # --- starting ------------------------------------------------------------------------
 
-    def spawn(self, name: str, argv: list[str], extra_env: dict[str, str] | None = None) -> Child:
+    def spawn(
+        self,
+        name: str,
+        argv: list[str],
+        extra_env: dict[str, str] | None = None,
+        *,
+        gated: bool = False,
+    ) -> Child:
+        """Start a child; `gated`: it imports, then waits for `release` (shared/start_gate.py)."""
         # Each kind of child gets only its own credentials (services/dev_nats.py).
         kind = name.split("#", 1)[0].split("-", 1)[0]
         env = {**self.env, **self.per_kind_env.get(kind, {}), **(extra_env or {})}
         # A name for this child slot, the same across its restarts (a stable lease holder).
         env["TRELLIS_INSTANCE_ID"] = f"{name}-{self.run_id}"
         log = self.log_dir / f"{name}.log"
-        child = Child(name, self._popen(argv, env, log), log, argv, env)
+        if not gated:
+            child = Child(name, self._popen(argv, env, log), log, argv, env)
+        else:
+            read, write, gate = start_gate.open_gate()
+            try:
+                proc = self._popen(argv, {**env, start_gate.GATE_ENV: gate}, log, (read,))
+            finally:
+                os.close(read)
+            child = Child(name, proc, log, argv, env, gate=write)
         self.children.append(child)
         return child
 
-    def _popen(self, argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    def release(self, child: Child, extra_env: dict[str, str] | None = None) -> None:
+        """Let a gated child start, with `extra_env` (kept for its restarts)."""
+        child.env.update(extra_env or {})
+        if child.gate is not None:
+            start_gate.release(child.gate, extra_env or {})
+            child.gate = None
+
+    def _popen(
+        self, argv: list[str], env: dict[str, str], log: Path, pass_fds: tuple[int, ...] = ()
+    ) -> subprocess.Popen[bytes]:
         out = None if self.inherit_output else open_private(log)
         try:
             return subprocess.Popen(
@@ -179,13 +207,21 @@ class Supervisor:
                 # Its own process group: a terminal's Ctrl-C reaches only us, and a crashed
                 # child's workers can be swept with its group.
                 start_new_session=True,
+                pass_fds=pass_fds,
             )
         finally:
             if out is not None:
                 out.close()
 
-    def service(self, name: str, *args: str, extra_env: dict[str, str] | None = None) -> Child:
-        return self.spawn(
+    def service(
+        self,
+        name: str,
+        *args: str,
+        extra_env: dict[str, str] | None = None,
+        gated: bool = False,
+    ) -> Child:
+        health = f"127.0.0.1:{free_port()}"
+        child = self.spawn(
             name,
             [
                 sys.executable,
@@ -194,11 +230,25 @@ class Supervisor:
                 "run",
                 name.split("#")[0],
                 "--health-addr",
-                f"127.0.0.1:{free_port()}",
+                health,
                 *args,
             ],
             extra_env,
+            gated=gated,
         )
+        child.health = health
+        return child
+
+    @staticmethod
+    def ready(child: Child) -> bool:
+        """Its health server answers /readyz with 200 (false for a child without one, or while
+        it starts)."""
+        if not child.health or not child.alive():
+            return False
+        try:
+            return http_json("GET", f"http://{child.health}/readyz", timeout=2)[0] == 200
+        except (OSError, ValueError):  # not listening yet
+            return False
 
     def retire(self, child: Child) -> None:
         """Stop a child for good without waiting for it (it is not restarted; `stop` makes
@@ -326,6 +376,10 @@ class Supervisor:
             return
         self._stopping = True
         self.interrupt_on_signal = False  # a signal now only hurries the stop along
+        for child in self.children:
+            if child.gate is not None:  # never released: it exits without starting
+                start_gate.close(child.gate)
+                child.gate = None
         start = time.monotonic()
         budget = self.stop_timeout
         children = [c for c in self.children if c.restart_at is None]

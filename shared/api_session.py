@@ -153,12 +153,21 @@ class _ClientSession:
 
 class SessionClient:
     """The gateway's encrypted channel to `service`, certified by the cluster key `public_key`
-    pins."""
+    pins. `batch`: HTTP envelopes travel micro-batched (shared/bus_batch.py), each sealed on
+    its own."""
 
     def __init__(
-        self, bus: Bus, cluster: str, service: str, subject: str, public_key: Ed25519PublicKey
+        self,
+        bus: Bus,
+        cluster: str,
+        service: str,
+        subject: str,
+        public_key: Ed25519PublicKey,
+        *,
+        batch: bool = False,
     ) -> None:
         self.bus = bus
+        self.batch = batch
         self.cluster = cluster
         self.service = service
         self.subject = subject
@@ -256,6 +265,7 @@ class SessionClient:
         request never reached the service: it is sent again, and a 502 after UNAUTHENTIC_TRIES."""
         plain = _TS.pack(time.time()) + _request_enc.encode(message)
         req_aad, rep_aad = self._aad("req", channel), self._aad("rep", channel)
+        batch = self.batch and not channel  # only the API subject is served batched
         refused = False
         for _ in range(UNAUTHENTIC_TRIES):
             s = await self.session()
@@ -268,7 +278,9 @@ class SessionClient:
             )
             try:
                 # No bus headers: the request id travels inside the envelope, sealed.
-                sealed = await self.bus.request(subject, req, SealedReply, timeout=timeout)
+                sealed = await self.bus.request(
+                    subject, req, SealedReply, timeout=timeout, batch=batch
+                )
                 reply = _reply_dec.decode(s.aead.decrypt(_nonce(1, counter), sealed.box, rep_aad))
             except (NoResponders, BusTimeout):
                 raise
@@ -485,6 +497,11 @@ async def serve_api(
         concurrency=concurrency,
     )
     await bus.serve(
-        subject, sessions.serve(handler), SealedRequest, queue=api.queue, concurrency=concurrency
+        subject,
+        sessions.serve(handler),
+        SealedRequest,
+        queue=api.queue,
+        concurrency=concurrency,
+        batched=True,
     )
     return sessions

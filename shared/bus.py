@@ -4,6 +4,7 @@ Handlers are plain async functions `(request, context) -> reply`. The bus makes 
 request gets a reply: a ServiceError becomes a typed error reply, anything else a generic 500
 with the traceback logged (never sent). Each subscription runs at most `concurrency` handlers at
 once, and `close()` stops intake, lets in-flight handlers finish, and drains the connection.
+Requests may travel micro-batched (shared/bus_batch.py), each still handled and answered alone.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from prometheus_client import Counter, Histogram
 from structlog.contextvars import bind_contextvars, reset_contextvars
 
 from shared import nats_request
+from shared.bus_batch import BATCH_SUFFIX, Answer, BatchClient, ReplyBatcher, items_decoder
 from shared.deferred import Deferred, ParkedReplies
 from shared.errors import BusTimeout, NoResponders, ServiceError
 from shared.messages import BusError
@@ -112,6 +114,10 @@ class Bus:
         self._inflight: set[asyncio.Task[None]] = set()
         # Long polls waiting for their answer without holding a handler slot (shared/deferred.py).
         self._parked = ParkedReplies()
+        # Micro-batching (shared/bus_batch.py): requests sent with batch=True, and the replies
+        # to batches this bus serves.
+        self._batcher: BatchClient | None = None
+        self._replies = ReplyBatcher(nc)
         # Called after a reconnect: broadcasts sent meanwhile were missed, caches must reload.
         self.reconnect_hooks: list[Callable[[], Awaitable[None]]] = []
 
@@ -168,9 +174,11 @@ class Bus:
         request_id: str = "",
         caller: str = "",
         headers: dict[str, str] | None = None,
+        batch: bool = False,
     ) -> T:
         """Send a typed request and decode the typed reply; a handler's error is re-raised as a
-        ServiceError with the same code and message."""
+        ServiceError with the same code and message. `batch`: travel with the other requests to
+        `subject` made in this loop iteration, to a subject served with `batched=True`."""
         # Headers only when there is something to say: a message without them is cheaper to
         # build, route and parse (nats-py parses header lines in Python).
         hdrs: dict[str, str] | None = None
@@ -181,17 +189,26 @@ class Bus:
             if caller:
                 hdrs[CALLER] = caller
         try:
-            msg = await nats_request.request(
-                self.nc, subject, encode(message), timeout=timeout, headers=hdrs
-            )
+            if batch:
+                if self._batcher is None:
+                    self._batcher = BatchClient(self.nc)
+                answer = await self._batcher.request(
+                    subject + BATCH_SUFFIX, encode(message), timeout=timeout, headers=hdrs
+                )
+                error, data = answer.error, answer.data
+            else:
+                msg = await nats_request.request(
+                    self.nc, subject, encode(message), timeout=timeout, headers=hdrs
+                )
+                error, data = bool(msg.headers and msg.headers.get(ERROR)), msg.data
         except nats.errors.NoRespondersError:
             raise NoResponders(subject) from None
         except nats.errors.TimeoutError:
             raise BusTimeout(subject, timeout) from None
-        if msg.headers and msg.headers.get(ERROR):
-            err = _error_decoder.decode(msg.data)
+        if error:
+            err = _error_decoder.decode(data)
             raise ServiceError(err.code, err.message)
-        return decoder_for(reply_type).decode(msg.data)
+        return decoder_for(reply_type).decode(data)
 
     async def publish(self, subject: str, message: Any, *, request_id: str = "") -> None:
         """Broadcast to every subscriber (no reply)."""
@@ -206,49 +223,103 @@ class Bus:
         *,
         queue: str | None = None,
         concurrency: int = 64,
+        batched: bool = False,
     ) -> None:
-        """Serve `subject` (in queue group `queue`, or as a broadcast listener when None)."""
+        """Serve `subject` (in queue group `queue`, or as a broadcast listener when None);
+        `batched`: also the batches of requests to it (shared/bus_batch.py), each request
+        handled on its own, under the same concurrency bound."""
         dec = decoder_for(request_type)
         gate = asyncio.Semaphore(concurrency)
 
+        def start(work: Awaitable[None]) -> None:
+            task = asyncio.create_task(work)
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+
         async def run(msg: Msg) -> None:
             try:
-                await self._handle(msg, dec, handler)
+                reply = msg.reply
+
+                async def send(data: bytes, error: bool) -> None:
+                    if reply:
+                        with contextlib.suppress(Exception):
+                            hdrs = {ERROR: "1"} if error else None
+                            await self.nc.publish(reply, data, headers=hdrs)
+
+                await self._handle(msg.subject, msg.data, msg.headers, dec, handler, send)
             finally:
                 gate.release()
 
         async def on_message(msg: Msg) -> None:
             # Waiting here holds back this subscription's delivery: natural backpressure.
             await gate.acquire()
-            task = asyncio.create_task(run(msg))
-            self._inflight.add(task)
-            task.add_done_callback(self._inflight.discard)
+            start(run(msg))
 
-        sub = await self.nc.subscribe(subject, queue=queue or "", cb=on_message)
-        self._subs.append(sub)
+        async def run_item(
+            item_id: int, data: bytes, hdrs: dict[str, str] | None, reply: str
+        ) -> None:
+            try:
+
+                async def send(out: bytes, error: bool) -> None:
+                    self._replies.add(reply, Answer(item_id, out, error))
+
+                await self._handle(subject, data, hdrs, dec, handler, send)
+            finally:
+                gate.release()
+
+        async def on_batch(msg: Msg) -> None:
+            try:
+                items = items_decoder.decode(msg.data)
+            except msgspec.DecodeError:
+                log.warning("malformed batch", subject=msg.subject)
+                return
+            for item in items:
+                await gate.acquire()
+                start(run_item(item.id, item.data, item.headers, msg.reply))
+
+        group = queue or ""
+        self._subs.append(await self.nc.subscribe(subject, queue=group, cb=on_message))
+        if batched:
+            batches = subject + BATCH_SUFFIX
+            self._subs.append(await self.nc.subscribe(batches, queue=group, cb=on_batch))
         # Round trip to the server: once serve() returns, requests find this subscriber.
         await self.nc.flush()
 
-    async def _handle(self, msg: Msg, dec: msgspec.msgpack.Decoder, handler: Handler) -> None:
-        headers = msg.headers or {}
+    async def _handle(
+        self,
+        subject: str,
+        data: bytes,
+        msg_headers: dict[str, str] | None,
+        dec: msgspec.msgpack.Decoder,
+        handler: Handler,
+        send: Callable[[bytes, bool], Awaitable[None]],
+    ) -> None:
+        """Run `handler` on one request and `send` its reply (or error), now or, for a
+        Deferred, when it is ready."""
+        headers = msg_headers or {}
         ctx = CallContext(
-            subject=msg.subject,
+            subject=subject,
             request_id=headers.get(REQUEST_ID, ""),
             caller=headers.get(CALLER, ""),
             headers=headers,
         )
-        family = msg.subject.split(".", 1)[-1]
+        family = subject.split(".", 1)[-1]
         started = time.perf_counter()
         bound = bind_contextvars(request_id=ctx.request_id) if ctx.request_id else None
         reply: bytes
         error = False
         try:
-            request = dec.decode(msg.data)
+            request = dec.decode(data)
             result = await handler(request, ctx)
             if isinstance(result, Deferred):
                 # Free this slot now; the reply goes out when the deferred is ready.
                 finish = result.finish
-                self._parked.park(result, lambda: self._handle(msg, dec, lambda _r, _c: finish()))
+                self._parked.park(
+                    result,
+                    lambda: self._handle(
+                        subject, data, msg_headers, dec, lambda _r, _c: finish(), send
+                    ),
+                )
                 return
             reply = encode(result) if result is not None else b""
         except msgspec.DecodeError as exc:
@@ -258,14 +329,12 @@ class Bus:
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("handler failed", subject=msg.subject)
+            log.exception("handler failed", subject=subject)
             error, reply = True, encode(BusError(code=500, message="internal error"))
         finally:
             if bound is not None:
                 reset_contextvars(**bound)
-        if msg.reply:
-            with contextlib.suppress(Exception):
-                await self.nc.publish(msg.reply, reply, headers={ERROR: "1"} if error else None)
+        await send(reply, error)
         ok, seconds = _metrics_for(family)
         (HANDLED.labels(family, "error") if error else ok).inc()
         seconds.observe(time.perf_counter() - started)
@@ -278,6 +347,7 @@ class Bus:
         if self._inflight:
             await asyncio.wait(list(self._inflight), timeout=20)
         await self._parked.close()
+        await self._replies.close()
         with contextlib.suppress(Exception):
             await self.nc.drain()
         with contextlib.suppress(Exception):

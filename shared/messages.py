@@ -17,6 +17,8 @@ class HttpRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
     body: bytes = b""
     remote_addr: str = ""
     request_id: str = ""
+    # The TLS client's certificate (DER), leaf first: sent only for logins that need it.
+    client_certs: list[bytes] = []
 
 
 class HttpResponse(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -67,12 +67,18 @@ TABLE: dict[str, Permissions] = {
             # Remote runs: plans and applies are submitted to the scheduler as jobs.
             "{c}.api.scheduler",
             "{c}.api.scheduler.session",
+            "{c}.api.scheduler.batch",
             "$O.{c}_workspace_snapshots.>",
             "$O.{c}_workspace_states.>",
             "$KV.{c}_leases.>",
             *_JS,
         ),
-        subscribe=("{c}.api.workspace", "{c}.api.workspace.session", "_INBOX.>"),
+        subscribe=(
+            "{c}.api.workspace",
+            "{c}.api.workspace.session",
+            "{c}.api.workspace.batch",  # micro-batched envelopes (shared/bus_batch.py)
+            "_INBOX.>",
+        ),
         doc="its API, its log, its snapshots, its data keys, run jobs to the scheduler",
     ),
     "scheduler": Permissions(
@@ -81,6 +87,7 @@ TABLE: dict[str, Permissions] = {
             # Secrets for tasks: tokens and template reads through the sealed secrets API.
             "{c}.api.secrets",
             "{c}.api.secrets.session",
+            "{c}.api.secrets.batch",
             "{c}_sched.>",
             "{c}.secrets.datakey",
             "$O.{c}_sched_snapshots.>",
@@ -90,6 +97,7 @@ TABLE: dict[str, Permissions] = {
         subscribe=(
             "{c}.api.scheduler",
             "{c}.api.scheduler.session",
+            "{c}.api.scheduler.batch",
             "{c}.sched.>",
             "_INBOX.>",
         ),

@@ -30,7 +30,7 @@ def _expire(future: asyncio.Future[Msg]) -> None:
 # nats-server can answer "no responders" to a request sent just after another connection's
 # SUB + flush (measured: about 1 in 100 with a fresh subscriber, never twice in a row): one
 # retry after this pause tells a subscriber not yet visible from a service that has none.
-_NOBODY_RETRY = 0.025
+NOBODY_RETRY = 0.025
 
 
 async def request(
@@ -46,10 +46,10 @@ async def request(
     try:
         return await _request_once(nc, subject, payload, timeout=timeout, headers=headers)
     except nats.errors.NoRespondersError:
-        left = timeout - (time.monotonic() - started) - _NOBODY_RETRY
+        left = timeout - (time.monotonic() - started) - NOBODY_RETRY
         if left <= 0:
             raise
-        await asyncio.sleep(_NOBODY_RETRY)
+        await asyncio.sleep(NOBODY_RETRY)
         return await _request_once(nc, subject, payload, timeout=left, headers=headers)
 
 

@@ -19,22 +19,13 @@ import structlog
 from shared.bus import Bus
 from shared.health import start_health_server
 from shared.logging import configure_logging
+from shared.service_table import SERVICES
 from shared.settings import Settings
+from shared.start_gate import GATE_ENV, wait_at_gate
 
 log = structlog.get_logger("runner")
 
 T = TypeVar("T")
-
-# service name -> "module:Class"; each class takes (bus, settings) and has start/stop/ready.
-SERVICES: dict[str, str] = {
-    "gateway": "services.gateway.main:Gateway",
-    "secrets": "services.secrets.service:SecretsService",
-    "crypto": "services.crypto.service:CryptoService",
-    "replication": "services.replication.service:ReplicationService",
-    "workspace": "services.workspace.service:WorkspaceService",
-    "scheduler": "services.scheduler.service:SchedulerService",
-    "client": "services.scheduler.client.service:ClientService",
-}
 
 
 def nats_options(settings: Settings) -> dict[str, Any]:
@@ -70,6 +61,14 @@ def service_class(name: str) -> Any:
         return getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as exc:
         raise SystemExit(f"service {name!r} is not available in this build: {exc}") from None
+
+
+def pass_start_gate(name: str) -> None:
+    """Under `trellis dev`'s start gate (shared/start_gate.py): import the service while the gate
+    is shut, then wait to be let go; without a gate, nothing."""
+    if os.environ.get(GATE_ENV):
+        service_class(name)
+        wait_at_gate()
 
 
 # SIGTERM to exit: inside `trellis dev`/`server`'s stop timeout and Kubernetes' 30 s grace.

@@ -22,6 +22,9 @@ class ListenerTls(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     cert_file: str = ""
     key_file: str = ""
+    # Vault's tls_client_ca_file: ask clients for a certificate issued by these CAs (for the
+    # cert auth method); empty: no client certificate is requested.
+    client_ca_file: str = ""
 
 
 class KmsLibrary(msgspec.Struct, kw_only=True):
@@ -79,6 +82,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     plugin_directory: str = ""
     kms_library: list[KmsLibrary] = []
     concurrency: int = 256
+    # The gateway micro-batches API envelopes to the services (shared/bus_batch.py);
+    # TRELLIS_BUS_BATCH=false sends each alone, for comparison.
+    bus_batch: bool = True
     # This node's local data dir (Nomad's data_dir): the scheduler keeps its acl-bootstrap-reset
     # file in <data_dir>/scheduler, the client node its identity and task dirs in <data_dir>/client.
     data_dir: str = ""

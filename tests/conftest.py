@@ -24,6 +24,7 @@ from shared.nats_binary import find_nats_server
 
 if TYPE_CHECKING:
     from tests.openbao import OpenBao
+    from tests.procs import DevProcess
 
 
 def start_nats(
@@ -108,3 +109,15 @@ def openbao() -> Iterator[OpenBao]:
 
     with openbao_dev() as bao:
         yield bao
+
+
+@pytest.fixture(scope="session")
+def trellis_dev() -> Iterator[DevProcess]:
+    """One plain `trellis dev` for the session, Trellis's side beside `openbao`: the suites that
+    compare the two (conformance, security, the bao CLI session) share both servers, with
+    unique mount, user and policy names (each start and stop costs seconds; idle, it costs
+    little)."""
+    from tests.procs import dev
+
+    with dev() as d:
+        yield d

@@ -72,14 +72,18 @@ def bring_up(
     first = [s for s in ("secrets", "crypto") if s in opts.services]
     procs = [cluster.add(s) for s in first for _ in range(replicas.get(s, 1))]
     procs += [cluster.add("gateway") for _ in range(replicas.get("gateway", 1))]
+    late = [s for s in ("workspace", "scheduler") if s in opts.services]
+    # Started now behind start gates (shared/start_gate.py), so that their imports overlap the
+    # bootstrap; let go once the root token exists.
+    gated = [cluster.add(s, gated=True) for s in late for _ in range(replicas.get(s, 1))]
     cluster.wait_ready(procs)
     progress.step("initialising and unsealing the secrets service")
     cluster.init_and_unseal()
-    late = [s for s in ("workspace", "scheduler") if s in opts.services]
-    procs = [cluster.add(s) for s in late for _ in range(replicas.get(s, 1))]
     # Every gateway process was started with the env of the first, so re-point none; the
-    # workspace/scheduler replicas got the admin token from base_env.
-    cluster.wait_ready(procs)
+    # workspace/scheduler replicas get the admin token base_env now holds.
+    for p in gated:
+        p.release({k: v for k, v in cluster.base_env().items() if k not in p.env})
+    cluster.wait_ready(gated)
 
 
 def new_load(cluster: Cluster, opts: DrillOptions, clock: Clock) -> Load:

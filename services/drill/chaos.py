@@ -70,15 +70,23 @@ async def chaos_monkey(
     await asyncio.gather(*restarts)
 
 
-async def run_chaos(opts: DrillOptions) -> dict[str, Any]:
+async def run_chaos(opts: DrillOptions, writes: int = 0) -> dict[str, Any]:
+    """`writes` > 0: the phases before and after the faults end once that many writes were
+    acknowledged in them (and every killed replica is back), not after fixed times; the faults
+    keep their share of the duration."""
     rng = random.Random(opts.seed)
     progress = Progress(quiet=opts.quiet)
     with workdir(opts, "chaos") as wd, Cluster(wd, name="chaos") as cluster:
-        return await _run(cluster, opts, rng, progress, wd)
+        return await _run(cluster, opts, rng, progress, wd, writes)
 
 
 async def _run(
-    cluster: Cluster, opts: DrillOptions, rng: random.Random, progress: Progress, wd: Path
+    cluster: Cluster,
+    opts: DrillOptions,
+    rng: random.Random,
+    progress: Progress,
+    wd: Path,
+    writes: int,
 ) -> dict[str, Any]:
     progress.step(f"starting nats-server and {REPLICAS} replicas of {', '.join(opts.services)}")
     cluster.start_nats(1)
@@ -89,18 +97,24 @@ async def _run(
     # Before: 20% of the time; faults for 60%; after: 20% with every replica back.
     start, end = opts.duration * 0.2, opts.duration * 0.8
     stop = asyncio.Event()
+    done = asyncio.Event()  # `writes`: the phase after the faults saw its writes
 
     def label() -> str:
         t = clock.now()
         return "chaos " + ("before" if t < start else "during" if t < end else "after")
 
     async def faults() -> None:
-        await asyncio.sleep(start)
+        nonlocal start, end
+        await load.acked_after(0.0, writes, start)
+        start, end = clock.now(), clock.now() + end - start
         await chaos_monkey(cluster, clock, events, rng, end, opts.interval, progress)
+        if writes:
+            await load.acked_after(clock.now(), writes, opts.duration)
+            done.set()
 
     progress.step(f"load for {opts.duration:.0f}s, faults every {opts.interval:.0f}s")
     tick = asyncio.create_task(ticker(load, progress, label, stop))
-    await asyncio.gather(load.run_for(opts.duration), faults())
+    await asyncio.gather(load.run_for(opts.duration, done), faults())
     stop.set()
     await tick
     fault_end = max([end, *(e.until or e.at for e in events)])

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shared import start_gate
 from shared.localnet import free_port, http_json
 from shared.nats_binary import MISSING as NATS_MISSING
 from shared.nats_binary import find_nats_server
@@ -47,6 +48,7 @@ class Proc:
     health: str = ""  # host:port of /healthz and /readyz ("" for nats-server)
     popen: subprocess.Popen[bytes] | None = None
     stopped: bool = False
+    gate: int | None = None  # started behind a start gate not yet released (shared/start_gate.py)
 
     @property
     def pid(self) -> int:
@@ -56,17 +58,34 @@ class Proc:
     def service(self) -> str:
         return self.name.split("#", 1)[0]
 
-    def start(self) -> None:
-        with open(self.log, "ab") as out:
-            self.popen = subprocess.Popen(
-                self.argv,
-                env=self.env,
-                cwd=ROOT,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # a Ctrl-C on the drill must not hit the children first
-            )
+    def start(self, gated: bool = False) -> None:
+        """`gated`: it imports, then waits for `release`."""
+        env, fds = self.env, ()
+        if gated:
+            read, self.gate, gate = start_gate.open_gate()
+            env, fds = {**self.env, start_gate.GATE_ENV: gate}, (read,)
+        try:
+            with open(self.log, "ab") as out:
+                self.popen = subprocess.Popen(
+                    self.argv,
+                    env=env,
+                    cwd=ROOT,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # a Ctrl-C on the drill must not hit the children
+                    pass_fds=fds,
+                )
+        finally:
+            if fds:
+                os.close(fds[0])
         self.stopped = False
+
+    def release(self, env: dict[str, str]) -> None:
+        """Let a gated process start, with `env` added (kept for its restarts)."""
+        self.env.update(env)
+        if self.gate is not None:
+            start_gate.release(self.gate, env)
+            self.gate = None
 
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
@@ -90,12 +109,24 @@ class Proc:
         self.stopped = False
 
     def terminate(self, timeout: float = 10.0) -> None:
+        self.ask_to_stop()
+        self.wait_stopped(timeout)
+
+    def ask_to_stop(self) -> None:
+        """SIGTERM (a stopped process is continued first); `wait_stopped` waits for the exit."""
+        if self.gate is not None:  # never released: it exits without starting
+            start_gate.close(self.gate)
+            self.gate = None
         if not self.alive():
             return
         if self.stopped:
             self.signal(signal.SIGCONT)
         self.signal(signal.SIGTERM)
-        assert self.popen is not None
+
+    def wait_stopped(self, timeout: float) -> None:
+        """Wait for the exit `ask_to_stop` asked for; SIGKILL after `timeout`."""
+        if self.popen is None:
+            return
         try:
             self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -274,8 +305,9 @@ class Cluster:
             env["TRELLIS_SCHEDULER_ACL"] = "false"
         return env
 
-    def add(self, service: str) -> Proc:
-        """Start one more replica of `service` (not waiting for it)."""
+    def add(self, service: str, gated: bool = False) -> Proc:
+        """Start one more replica of `service` (not waiting for it); `gated`: behind a start
+        gate, for `Proc.release`."""
         index = sum(1 for p in self.procs if p.service == service)
         name = f"{service}#{index}"
         env = self.base_env()
@@ -294,7 +326,7 @@ class Cluster:
             log=self.workdir / "logs" / f"{name.replace('#', '-')}.log",
             health=health,
         )
-        proc.start()
+        proc.start(gated)
         self.procs.append(proc)
         return proc
 
@@ -362,8 +394,11 @@ class Cluster:
         return self.token
 
     def stop(self) -> None:
-        # Services first (they drain onto NATS), NATS last.
-        for p in reversed(self.procs):
-            p.terminate(timeout=5)
-        for n in self.nats:
-            n.terminate(timeout=10)
+        # Services first (they drain onto NATS), NATS last; the members of each group stop
+        # side by side.
+        groups: list[tuple[list[Proc], float]] = [(self.procs[::-1], 5), (list(self.nats), 10)]
+        for group, timeout in groups:
+            for p in group:
+                p.ask_to_stop()
+            for p in group:
+                p.wait_stopped(timeout)

@@ -15,7 +15,10 @@ from services.drill.progress import Progress
 from services.drill.stats import longest_stall
 
 
-async def run_failover(opts: DrillOptions, down: float = 10.0) -> dict[str, Any]:
+async def run_failover(opts: DrillOptions, down: float = 10.0, writes: int = 0) -> dict[str, Any]:
+    """`writes` > 0: each phase ends once that many KV writes were acknowledged in it (the kill
+    at most at 25% of the duration, the restart at most `down` seconds after it, the end at most
+    at the duration), instead of after fixed times."""
     progress = Progress(quiet=opts.quiet)
     with workdir(opts, "failover") as wd, Cluster(wd, name="failover") as cluster:
         progress.step("starting a 3-node NATS cluster (R3, sync_interval: always)")
@@ -31,17 +34,19 @@ async def run_failover(opts: DrillOptions, down: float = 10.0) -> dict[str, Any]
         events: list[FaultEvent] = []
         kill_at = opts.duration * 0.25
         stop = asyncio.Event()
+        done = asyncio.Event()  # `writes`: the last phase saw its writes
         info: dict[str, Any] = {"stream": stream}
 
         async def fault() -> None:
-            await asyncio.sleep(kill_at)
+            await load.acked_after(0.0, writes, kill_at, "kv")
             leader = await asyncio.to_thread(cluster.stream_leader, stream)
             node = cluster.nats_node(leader)
             at = clock.now()
             await asyncio.to_thread(node.kill)
             events.append(FaultEvent(at, "kill", node.name))
             progress.update(f"kill -9 {node.name} (leader of {stream})", force=True)
-            await asyncio.sleep(down)
+            await load.acked_after(at, writes, at + down, "kv")
+            info["down_seconds"] = round(clock.now() - at, 2)
             back = clock.now()
             await asyncio.to_thread(node.start)
             await asyncio.to_thread(wait_for, node.name, node.ready, 60)
@@ -49,6 +54,9 @@ async def run_failover(opts: DrillOptions, down: float = 10.0) -> dict[str, Any]
             events.append(FaultEvent(back, "restart", node.name, until=clock.now()))
             info["killed_leader"] = leader
             info["new_leader"] = await asyncio.to_thread(cluster.stream_leader, stream)
+            if writes:
+                await load.acked_after(clock.now(), writes, opts.duration, "kv")
+                done.set()
 
         def label() -> str:
             return "failover " + (
@@ -57,7 +65,7 @@ async def run_failover(opts: DrillOptions, down: float = 10.0) -> dict[str, Any]
 
         progress.step(f"write load for {opts.duration:.0f}s; leader killed at {kill_at:.0f}s")
         tick = asyncio.create_task(ticker(load, progress, label, stop))
-        await asyncio.gather(load.run_for(opts.duration), fault())
+        await asyncio.gather(load.run_for(opts.duration, done), fault())
         stop.set()
         await tick
         kill = events[0]
@@ -67,7 +75,6 @@ async def run_failover(opts: DrillOptions, down: float = 10.0) -> dict[str, Any]
             kill.until or clock.now(),
         )
         info["stall"] = {"seconds": round(stall, 2), "from": round(stall_from, 2)}
-        info["down_seconds"] = down
         return await finish(
             "nats-failover", load, events, progress, (kill.at, kill.until), info, cluster
         )

@@ -174,6 +174,15 @@ class Load:
 
             await asyncio.gather(*(client(i) for i in range(self.cfg.clients)))
 
+    async def acked_after(self, since: float, count: int, until: float, kind: str = "") -> None:
+        """Until `count` (0: no count) writes (of `kind`, default any) were acknowledged after
+        `since`, or the drill clock reaches `until`: a phase that ends on what it observed."""
+        while self.clock.now() < until:
+            acked = [w for w in self.ledger if w.acked_at > since and kind in ("", w.kind)]
+            if count and len(acked) >= count:
+                return
+            await asyncio.sleep(0.1)
+
     # --- afterwards --------------------------------------------------------------------------
 
     async def verify(self, attempts: int = 5, deadline: float = 120.0) -> Verification:

@@ -303,9 +303,11 @@ def _equal(states: dict[str, dict[str, Any]]) -> bool:
 
 
 async def run_partition(
-    opts: DrillOptions, hold: float = 6.0, target: str = "leader"
+    opts: DrillOptions, hold: float = 6.0, target: str = "leader", writes: int = 0
 ) -> dict[str, Any]:
-    """`target` is "leader" (of the secrets KV stream) or "follower"."""
+    """`target` is "leader" (of the secrets KV stream) or "follower". `writes` > 0: the phases
+    before the partition and after the heal end once that many KV writes were acknowledged in
+    them, not after fixed times (the partition still lasts `hold`)."""
     progress = Progress(quiet=opts.quiet)
     why = support()
     if why:
@@ -328,7 +330,7 @@ async def run_partition(
                 await asyncio.to_thread(start_nats, cluster, net)
                 replicas = dict.fromkeys(opts.services, 1)
                 await asyncio.to_thread(bring_up, cluster, opts, replicas, progress)
-                report = await _drive(cluster, net, opts, progress, hold, target)
+                report = await _drive(cluster, net, opts, progress, hold, target, writes)
             finally:
                 # Heal before the services stop, so nothing waits on a black hole.
                 for i in range(net.nodes):
@@ -342,7 +344,13 @@ async def run_partition(
 
 
 async def _drive(
-    cluster: Cluster, net: Netns, opts: DrillOptions, progress: Progress, hold: float, target: str
+    cluster: Cluster,
+    net: Netns,
+    opts: DrillOptions,
+    progress: Progress,
+    hold: float,
+    target: str,
+    writes: int,
 ) -> dict[str, Any]:
     stream = f"KV_{cluster.name}-secrets"
     await asyncio.to_thread(
@@ -356,6 +364,7 @@ async def _drive(
     events: list[FaultEvent] = []
     at_s = opts.duration * 0.25
     stop = asyncio.Event()
+    done = asyncio.Event()  # `writes`: the phase after the heal saw its writes
     info: dict[str, Any] = {
         "stream": stream,
         "hold_seconds": hold,
@@ -365,7 +374,7 @@ async def _drive(
     }
 
     async def fault() -> None:
-        await asyncio.sleep(at_s)
+        await load.acked_after(0.0, writes, at_s, "kv")
         leader = _leader(await asyncio.to_thread(stream_states, cluster, stream))
         names = [n.server_name for n in cluster.nats]
         victim = leader if target == "leader" else next(n for n in names if n != leader)
@@ -394,13 +403,16 @@ async def _drive(
             settled_after_heal_s=round(time.monotonic() - t0, 2),
             leader_after=_leader(await asyncio.to_thread(stream_states, cluster, stream)),
         )
+        if writes:
+            await load.acked_after(clock.now(), writes, opts.duration, "kv")
+            done.set()
 
     def label() -> str:
         return "partition " + ("before" if not events else "during" if len(events) < 2 else "after")
 
     progress.step(f"write load for {opts.duration:.0f}s; partition at {at_s:.0f}s for {hold:.0f}s")
     tick = asyncio.create_task(ticker(load, progress, label, stop))
-    await asyncio.gather(load.run_for(opts.duration), fault())
+    await asyncio.gather(load.run_for(opts.duration, done), fault())
     stop.set()
     await tick
     cut, heal = events[0], events[-1]

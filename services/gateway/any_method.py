@@ -1,10 +1,10 @@
 """Request lines beyond the ordinary: any method token, `OPTIONS *`, `CONNECT`, `TRACE`, and
 request lines the HTTP parser refuses. Never a 500, always the API's own error shape.
 
-- Every listener parses with aiohttp's pure-Python parser, which accepts any RFC 9110 method
-  token (Vault's `LIST`, which hvac sends, and methods nobody knows); llhttp, the C parser,
-  answers those with its own 400 before any handler runs. Measured with wrk on this machine,
-  the two parse at the same rate (about 13.5k req/s on a bare handler).
+- Every listener parses with llhttp, aiohttp's C parser, and hands a connection to the
+  pure-Python parser at the first message llhttp refuses (services/gateway/http_parser.py): the
+  Python parser accepts any RFC 9110 method token (Vault's `LIST`, which hvac sends, and methods
+  nobody knows), which llhttp answers with its own 400 before any handler runs.
 - A middleware answers what no service should see: `OPTIONS *` is 200 (as Go's net/http, and so
   OpenBao and Nomad, answers it); `CONNECT` and `TRACE` (which would echo credentials back) and
   methods the API does not use are 405 with `Allow`. The secrets listener words them as OpenBao
@@ -19,11 +19,11 @@ from typing import Any
 
 from aiohttp import web, web_protocol
 from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.http_parser import HttpRequestParserPy
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_server import Server
 
 from services.gateway.apis import ApiSpec, ErrorFormatter
+from services.gateway.http_parser import SwitchingParser
 
 # The methods each API routes; anything else never leaves the gateway.
 _ORDINARY = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
@@ -123,7 +123,7 @@ class _Server(Server):
 
     def __call__(self) -> web_protocol.RequestHandler:
         original = web_protocol.HttpRequestParser
-        web_protocol.HttpRequestParser = HttpRequestParserPy  # type: ignore[misc]
+        web_protocol.HttpRequestParser = SwitchingParser  # type: ignore[misc]
         try:
             handler = _Handler(self, loop=self._loop, **self._kwargs)
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import os
 import time
 
@@ -18,6 +19,7 @@ from services.gateway.deadline import request_deadline
 from services.gateway.local_status import PATHS, LocalStatus
 from services.gateway.readiness import ServiceProbe
 from services.gateway.secure import Channel, service_channel
+from services.gateway.tls import peer_certificates
 from shared.bus import Bus
 from shared.errors import NoResponders, ServiceError
 from shared.messages import HttpRequest, HttpResponse
@@ -113,12 +115,19 @@ def create_app(
     channel = service_channel(bus, settings, api.name, api.subject)
     limit = settings.max_request_bytes
     stats = metrics.stats_for(api.name)
+    # Only a listener that asks for client certificates has any to forward.
+    client_certs = bool(getattr(settings, f"{api.name}_tls").client_ca_file)
+
+    # Whether the success lines (debug) are wanted is settled once, logging being configured
+    # before the app is made: building each line only for the filter to drop it cost a read.
+    debug = log.bind().is_enabled_for(logging.DEBUG)
 
     @web.middleware
     async def request_context(request: web.Request, handler):  # type: ignore[no-untyped-def]
         rid = request.headers.get("X-Request-Id") or new_request_id()
         request[REQUEST_ID] = rid
-        structlog.contextvars.clear_contextvars()
+        # Overwrites the previous request's keys on this connection; nothing else in the
+        # gateway binds any, so there is nothing to clear (which cost more than the binding).
         structlog.contextvars.bind_contextvars(request_id=rid, api=api.name)
         start = time.perf_counter()
         status = 500
@@ -131,6 +140,10 @@ def create_app(
         except web.HTTPRequestEntityTooLarge:
             status = 413
             return _error(api, 413, f"request body exceeds the limit of {limit} bytes", rid)
+        except web.RequestPayloadError:
+            # A chunked body that breaks off mid-way: the client's mistake, not a 500.
+            status = 400
+            return _error(api, 400, "malformed HTTP request: invalid request body", rid)
         except Exception:
             log.exception("gateway failure")
             return _error(api, 500, "internal error in the gateway", rid)
@@ -139,14 +152,15 @@ def create_app(
             elapsed = time.perf_counter() - start
             stats.done(request.method, status, elapsed)
             # The canonical line per request: failures always, successes at debug (volume).
-            emit = log.warning if status >= 500 else log.info if status >= 400 else log.debug
-            emit(
-                "request",
-                method=request.method,
-                path=request.path,
-                status=status,
-                ms=round(elapsed * 1000, 2),
-            )
+            if status >= 400 or debug:
+                emit = log.warning if status >= 500 else log.info if status >= 400 else log.debug
+                emit(
+                    "request",
+                    method=request.method,
+                    path=request.path,
+                    status=status,
+                    ms=round(elapsed * 1000, 2),
+                )
 
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -193,7 +207,8 @@ def create_app(
             and not any(h in request.headers for h in api.request_header)
         ):
             return _error(api, 412, "missing required request header X-Svc-Request", rid)
-        body = await request.read()
+        # No body to read (most reads): skip the read loop.
+        body = await request.read() if request.body_exists else b""
         if len(body) + 64 * 1024 > bus.max_payload:
             return _error(
                 api,
@@ -222,6 +237,9 @@ def create_app(
             remote_addr=request.remote or "",
             request_id=rid,
         )
+        if client_certs and path.endswith("/login") and "/auth/" in path:
+            # Vault's cert login path ([<namespace>/]auth/<mount>/login), its only reader.
+            env.client_certs = peer_certificates(request.transport)
         if streams.is_stream(api.name, env.method, env.path, env.query):
             # A long-lived stream: the service answers it chunk by chunk (gateway/streams.py).
             async def send(e: HttpRequest, t: float) -> HttpResponse:

@@ -46,5 +46,10 @@ def service_channel(bus: Bus, settings: Settings, service: str, api: Subject) ->
         log.warning("API disabled", service=service, reason=str(exc))
         return Unpinned(service, str(exc))
     return SessionClient(
-        bus, settings.cluster_name, service, api.on(settings.cluster_name), identity.public_key
+        bus,
+        settings.cluster_name,
+        service,
+        api.on(settings.cluster_name),
+        identity.public_key,
+        batch=settings.bus_batch,
     )

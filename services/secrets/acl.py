@@ -132,6 +132,7 @@ class Decision:
 
 # Immutable, so the root token's every request shares one.
 _ROOT_DECISION = Decision(allowed=True, sudo=True, reason="root", matched="root")
+_ROOT_CAPABILITIES = frozenset({"root"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +214,8 @@ class ACL:
             head = seg.segments[: seg.segments.index("+")]
             self._segment_rules.setdefault(head, []).append(seg)
         self._segment_heads = sorted({len(head) for head in self._segment_rules})
+        self._decisions: dict[tuple[str, str, bool], Decision] = {}
+        self._capability_sets: dict[str, frozenset[str]] = {}
 
     @classmethod
     def root(cls) -> ACL:
@@ -274,22 +277,46 @@ class ACL:
         return rule is not None and capability in rule.capabilities
 
     def check(self, path: str, operation: str, params: Mapping[str, Any] | None = None) -> Decision:
-        """Decide one request. Parameter rules apply to create/update/patch when params given."""
+        """Decide one request. Parameter rules apply to create/update/patch when params given.
+        An ACL never changes, so a decision that does not depend on the parameters is made
+        once per path and operation."""
         if self.is_root:
             return _ROOT_DECISION
+        key = (path, operation, params is None)
+        decision = self._decisions.get(key)
+        if decision is None:
+            decision, by_params = self._check(path, operation, params)
+            if not by_params:
+                _remember(self._decisions, key, decision)
+        return decision
+
+    def capability_set(self, path: str) -> frozenset[str]:
+        """`capabilities`, made once per path."""
+        if self.is_root:
+            return _ROOT_CAPABILITIES
+        caps = self._capability_sets.get(path)
+        if caps is None:
+            caps = frozenset(self.capabilities(path))
+            _remember(self._capability_sets, path, caps)
+        return caps
+
+    def _check(
+        self, path: str, operation: str, params: Mapping[str, Any] | None
+    ) -> tuple[Decision, bool]:
+        """The decision, and whether it was read off the parameters."""
         if operation == "help":
-            return Decision(allowed=True, sudo=False, reason="help is always allowed")
+            return Decision(allowed=True, sudo=False, reason="help is always allowed"), False
         needed = _OPERATION_CAPABILITY.get(operation)
         if needed is None:
             return Decision(
                 allowed=False, sudo=False, reason=f"unsupported operation {operation!r}"
-            )
+            ), False
 
         rule = self.rule_for(path, operation)
         if rule is None:
             return Decision(
                 allowed=False, sudo=False, reason="no policy grants access to this path"
-            )
+            ), False
 
         def decide(allowed: bool, reason: str) -> Decision:
             return Decision(
@@ -303,14 +330,20 @@ class ACL:
             )
 
         if "deny" in rule.capabilities:
-            return decide(False, f"explicitly denied by {rule.pattern!r}")
+            return decide(False, f"explicitly denied by {rule.pattern!r}"), False
         if needed not in rule.capabilities:
-            return decide(False, f"{rule.pattern!r} does not grant {needed!r}")
-        if operation in _PARAMETER_OPERATIONS and params is not None:
+            return decide(False, f"{rule.pattern!r} does not grant {needed!r}"), False
+        by_params = (
+            operation in _PARAMETER_OPERATIONS
+            and params is not None
+            and bool(rule.required_parameters or rule.denied_parameters or rule.allowed_parameters)
+        )
+        if by_params:
+            assert params is not None
             problem = _parameter_problem(rule, params)
             if problem:
-                return decide(False, problem)
-        return decide(True, f"{needed!r} granted by {rule.pattern!r}")
+                return decide(False, problem), True
+        return decide(True, f"{needed!r} granted by {rule.pattern!r}"), by_params
 
     # --- glob matching ---------------------------------------------------------------------
 
@@ -407,6 +440,16 @@ def _merge_parameters(into: dict[str, list[Any]], extra: Mapping[str, list[Any]]
 
 
 # --- parameter checks ----------------------------------------------------------------------
+
+
+# Memo entries per ACL: paths come from clients, so the memos must not grow without bound.
+MEMO_MAX = 4096
+
+
+def _remember(memo: dict[Any, Any], key: Any, value: Any) -> None:
+    if len(memo) >= MEMO_MAX:
+        memo.clear()
+    memo[key] = value
 
 
 def _parameter_problem(rule: PathRule, params: Mapping[str, Any]) -> str | None:

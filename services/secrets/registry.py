@@ -19,12 +19,18 @@ SECRET_ENGINES: dict[str, str] = {
     "dbcloud": "services.secrets.engines.dbcloud.backend:DbCloudBackend",
     "ssh": "services.secrets.engines.ssh.backend:SSHBackend",
     "transit": "services.secrets.engines.transit.backend:TransitBackend",
+    "identity": "services.secrets.identity.backend:IdentityBackend",
 }
 
 AUTH_METHODS: dict[str, str] = {
     "token": "services.secrets.auth.token:TokenBackend",
     "userpass": "services.secrets.auth.userpass:UserpassBackend",
     "approle": "services.secrets.auth.approle:AppRoleBackend",
+    "cert": "services.secrets.auth.cert:CertBackend",
+    "kubernetes": "services.secrets.auth.kubernetes:KubernetesBackend",
+    # Vault's vault-plugin-auth-jwt: one backend under either name.
+    "jwt": "services.secrets.auth.jwt:JwtBackend",
+    "oidc": "services.secrets.auth.jwt:JwtBackend",
 }
 
 

@@ -18,7 +18,9 @@ FIELDS = {"drill", "total", "phases", "faults", "acked_writes", "lost_writes", "
 
 async def test_chaos_drill_loses_no_acknowledged_write(tmp_path: Path) -> None:
     opts = DrillOptions(duration=20, clients=6, interval=2.0, seed=7, workdir=str(tmp_path))
-    report = await run_chaos(opts)
+    # 12 s of faults; before and after them, only until 30 writes were acknowledged (and every
+    # killed replica is back).
+    report = await run_chaos(opts, writes=30)
     assert set(report) >= FIELDS
     assert set(report["phases"]) == {"before", "during", "after"}
     assert any(f["action"] in ("kill", "stop") for f in report["faults"]), report["faults"]

@@ -41,12 +41,15 @@ async def test_kill_one_replica_under_writes(nats_url: str, tmp_path: Path) -> N
             hdr = {"X-Vault-Token": init["root_token"]}
             acked: dict[str, int] = {}
             enough = asyncio.Event()
+            # The load ends once the survivor acknowledged 60 writes after the kill.
+            after_kill = asyncio.Event()
+            acked_at_kill: list[int] = []
             statuses: dict[int, int] = {}
-            stop = time.monotonic() + 8
+            stop = time.monotonic() + 30
 
             async def writer(w: int) -> None:
                 n = 0
-                while time.monotonic() < stop:
+                while time.monotonic() < stop and not after_kill.is_set():
                     key = f"w{w}/k{n}"
                     try:
                         async with s.post(
@@ -57,6 +60,8 @@ async def test_kill_one_replica_under_writes(nats_url: str, tmp_path: Path) -> N
                                 acked[key] = n
                                 if len(acked) >= 50:
                                     enough.set()
+                                if acked_at_kill and len(acked) >= acked_at_kill[0] + 60:
+                                    after_kill.set()
                     except aiohttp.ClientError:
                         statuses[0] = statuses.get(0, 0) + 1
                     n += 1
@@ -65,8 +70,10 @@ async def test_kill_one_replica_under_writes(nats_url: str, tmp_path: Path) -> N
                 # Kill once both replicas are serving the writes.
                 await enough.wait()
                 procs[0].kill()
+                acked_at_kill.append(len(acked))
 
             await asyncio.gather(killer(), *(writer(w) for w in range(8)))
+            assert after_kill.is_set(), f"writes stopped after the kill: {statuses}"
             assert len(acked) > 100
             assert set(statuses) <= {200, 503, 504}, statuses
             missing = []

@@ -1,22 +1,19 @@
-"""One `trellis dev` for the package, beside the session's OpenBao dev server (the modules already
-share that server, so their names are unique); the suite's match figure is printed at the end of
-the run."""
+"""The session's `trellis dev` beside the session's OpenBao dev server (tests/conftest.py; the
+modules already share both, so their names are unique); the suite's match figure is printed at
+the end of the run."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from tests.procs import DevProcess, dev
+from tests.procs import DevProcess
 
 SUMMARIES: list[str] = []
 
 
-@pytest.fixture(scope="package")
-def trellis() -> Iterator[DevProcess]:
-    with dev() as d:
-        yield d
+@pytest.fixture
+def trellis(trellis_dev: DevProcess) -> DevProcess:
+    return trellis_dev
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -20,7 +20,7 @@ import pytest
 
 from shared.localnet import free_port
 from tests.openbao import bao_binary
-from tests.procs import dev, server_config, start_server, wait_http
+from tests.procs import DevProcess, server_config, start_server, wait_http
 
 pytestmark = pytest.mark.e2e
 
@@ -350,9 +350,9 @@ def home() -> Iterator[Path]:
         yield Path(d)
 
 
-def test_cli_session_against_trellis(home: Path) -> None:
-    with dev() as d:
-        cli_session(Bao(d.secrets, d.root_token, home), uuid.uuid4().hex[:8])
+def test_cli_session_against_trellis(trellis_dev: DevProcess, home: Path) -> None:
+    d = trellis_dev
+    cli_session(Bao(d.secrets, d.root_token, home), uuid.uuid4().hex[:8])
 
 
 def test_cli_session_against_openbao(openbao: Any, home: Path) -> None:

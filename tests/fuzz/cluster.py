@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from services.crypto.service import CryptoService
 from services.scheduler.service import SchedulerService
 from services.workspace.service import ADMIN_TOKEN_ENV, WorkspaceService
 from shared.bus import Bus
@@ -88,6 +89,12 @@ async def start_target(nats_url: str) -> FuzzTarget:
     admin = os.environ.get(ADMIN_TOKEN_ENV) or "fuzz-admin-" + secrets.token_hex(8)
     cluster = await start_cluster(nats_url)
     try:
+        # As in `trellis dev`: RSA keys (PKI, transit, identity tokens) come from a crypto worker.
+        bus = await Bus.connect(nats_url, name="fuzz-crypto")
+        cluster.buses.append(bus)
+        crypto = CryptoService(bus, cluster.settings)
+        await crypto.start()
+        cluster.extra.append(crypto)
         bus = await Bus.connect(nats_url, name="fuzz-workspace")
         cluster.buses.append(bus)
         ws = WorkspaceService(bus, cluster.settings, admin_token=admin)

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 from services.restarts import RestartPolicy
 from services.supervisor import Supervisor
-from tests.procs import alive
+from shared import start_gate
+from tests.procs import alive, until
 
 PY = sys.executable
 
@@ -75,3 +77,64 @@ def test_stop_ends_every_child_and_their_groups(tmp_path: Path) -> None:
         time.sleep(0.05)
     assert not alive(worker), "a child's worker outlived the supervisor's stop"
     assert "stubborn did not stop in time" in (tmp_path / "supervisor.log").read_text()
+
+
+# A child behind a start gate (shared/start_gate.py): once released, it says what its
+# environment holds.
+GATED = (
+    "import os; from shared.start_gate import wait_at_gate; wait_at_gate(); "
+    "print('started', os.environ.get('GATE_VALUE'), flush=True)"
+)
+
+
+def test_a_gated_child_waits_until_released_with_its_env(tmp_path: Path) -> None:
+    sup = Supervisor(tmp_path, dict(os.environ), interrupt_on_signal=False)
+    child = sup.spawn("gated", [PY, "-c", GATED], gated=True)
+    log = tmp_path / "gated.log"
+    try:
+        # Held at the gate: blocked reading its end of the pipe, not started.
+        until(lambda: "pipe" in _wchan(child.proc.pid), 30, "the child to wait at its gate")
+        assert "started" not in log.read_text() and child.alive()
+        sup.release(child, {"GATE_VALUE": "v1"})
+        until(lambda: "started v1" in log.read_text(), 30, "the released child to start")
+        # Its restarts get the released environment, and no gate.
+        assert child.env["GATE_VALUE"] == "v1" and child.gate is None
+    finally:
+        sup.stop()
+
+
+def test_stop_before_release_ends_a_gated_child_unstarted(tmp_path: Path) -> None:
+    sup = Supervisor(tmp_path, dict(os.environ), interrupt_on_signal=False)
+    child = sup.spawn("gated", [PY, "-c", GATED], gated=True)
+    log = tmp_path / "gated.log"
+    until(lambda: "pipe" in _wchan(child.proc.pid), 30, "the child to wait at its gate")
+    sup.stop()
+    assert child.proc.poll() is not None
+    assert "started" not in log.read_text()
+
+
+def _wchan(pid: int) -> str:
+    """Where in the kernel the process waits ("anon_pipe_read": reading a pipe)."""
+    return Path(f"/proc/{pid}/wchan").read_text()
+
+
+def test_an_environment_copied_from_a_gated_child_holds_no_gate(tmp_path: Path) -> None:
+    """A process started with a gated child's environment (as read from /proc) starts at once:
+    the descriptor the variable names is not its pipe."""
+    sup = Supervisor(tmp_path, dict(os.environ), interrupt_on_signal=False)
+    child = sup.spawn("gated", [PY, "-c", GATED], gated=True)
+    try:
+        until(lambda: "pipe" in _wchan(child.proc.pid), 30, "the child to wait at its gate")
+        raw = Path(f"/proc/{child.proc.pid}/environ").read_bytes()
+        copied = dict(i.decode().split("=", 1) for i in raw.split(b"\0") if b"=" in i)
+        assert start_gate.GATE_ENV in copied
+        out = subprocess.run(
+            [PY, "-c", GATED],
+            env={**copied, "GATE_VALUE": "copied"},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert out.stdout.strip() == "started copied", out
+    finally:
+        sup.stop()

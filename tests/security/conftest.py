@@ -1,7 +1,7 @@
-"""The two targets of the secrets-API security cases (tests/security/secrets_targets.py): one
-`trellis dev` for the whole package, beside the session's OpenBao dev server. The cases already
-share that OpenBao server and use unique mount, user and policy names, so they share this
-`trellis dev` as well (each start and stop costs seconds)."""
+"""The two targets of the secrets-API security cases (tests/security/secrets_targets.py): the
+session's `trellis dev` beside the session's OpenBao dev server (tests/conftest.py); and one
+`trellis dev --acl` for the package's task-isolation cases, and one secrets-only `trellis dev`
+with a known data dir for the bus cases."""
 
 from __future__ import annotations
 
@@ -11,13 +11,23 @@ import pytest
 
 from tests.openbao import OpenBao
 from tests.procs import DevProcess, dev
+from tests.security.bus_clients import DevBusTarget, dev_with_data
 from tests.security.secrets_targets import Target
 
 
 @pytest.fixture(scope="package")
-def trellis_dev() -> Iterator[DevProcess]:
-    with dev() as d:
+def trellis_acl_dev() -> Iterator[DevProcess]:
+    """`trellis dev --acl`, shared by the task-isolation cases (unique job names each)."""
+    with dev("--acl") as d:
         yield d
+
+
+@pytest.fixture(scope="package")
+def bus_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevBusTarget]:
+    """`trellis dev --services crypto` with its data dir (credentials, logs) at hand; the bus
+    cases use unique names and leave it unsealed."""
+    with dev_with_data(tmp_path_factory.mktemp("bus"), "--services", "crypto") as t:
+        yield t
 
 
 @pytest.fixture(params=["trellis", "openbao"])

@@ -18,13 +18,13 @@ import os
 import struct
 import time
 import uuid
-from collections.abc import Iterator
 
 import msgspec
 import pytest
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from tests.security.bus_clients import DevBusTarget, Errors, connect_as, dev_with_data, wait_until
+from shared import bus_batch
+from tests.security.bus_clients import DevBusTarget, Errors, connect_as, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -66,9 +66,8 @@ def forged_box() -> bytes:
 
 
 @pytest.fixture(scope="module")
-def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevBusTarget]:
-    with dev_with_data(tmp_path_factory.mktemp("busctl"), "--services", "crypto") as t:
-        yield t
+def target(bus_target: DevBusTarget) -> DevBusTarget:
+    return bus_target
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +142,18 @@ def test_secrets_credentials_without_the_cluster_key_are_ignored(
                 forged = HttpResponse(body=b'{"data": {"data": {"v": "forged"}}}')
                 await nc.publish(msg.reply, msgspec.msgpack.encode(forged))  # type: ignore[attr-defined]
 
+            async def batch_impostor(msg: object) -> None:
+                # The gateway's micro-batches (shared/bus_batch.py), answered in their format.
+                captured.append(msg.data)  # type: ignore[attr-defined]
+                items = bus_batch.items_decoder.decode(msg.data)  # type: ignore[attr-defined]
+                forged = msgspec.msgpack.encode(
+                    HttpResponse(body=b'{"data": {"data": {"v": "forged"}}}')
+                )
+                answers = bus_batch.encode([bus_batch.Answer(i.id, forged) for i in items])
+                await nc.publish(msg.reply, answers)  # type: ignore[attr-defined]
+
             await nc.subscribe(API, queue="secrets", cb=impostor)
+            await nc.subscribe(API + bus_batch.BATCH_SUFFIX, queue="secrets", cb=batch_impostor)
             await nc.flush()
             answers = await asyncio.gather(
                 *(asyncio.to_thread(target.get, "/v1/secret/data/control") for _ in range(24))

@@ -15,33 +15,33 @@ import pytest
 
 from shared.localnet import free_port
 from tests.procs import ROOT
-from tests.security.bus_clients import connect_as, dev_with_data
+from tests.security.bus_clients import DevBusTarget, connect_as
 
 pytestmark = pytest.mark.e2e
 
 REFUSAL = "admits clients without credentials"
 
 
-def test_dev_nats_refuses_anonymous_clients(tmp_path: Path) -> None:
-    with dev_with_data(tmp_path, "--services", "crypto") as t:
+def test_dev_nats_refuses_anonymous_clients(bus_target: DevBusTarget) -> None:
+    t = bus_target
 
-        async def probe() -> None:
-            with pytest.raises(Exception):  # noqa: B017 - nats-py words the refusal variously
-                nc = await connect_as(t.nats_url)
-                try:  # if CONNECT was taken, a round trip shows the authorization error
-                    await nc.flush(timeout=5)
-                finally:
-                    await nc.close()
-            # The same server admits a service with its own credentials from the data dir.
-            nc = await connect_as(t.nats_url, *t.creds("gateway"))
-            assert nc.is_connected
-            await nc.close()
+    async def probe() -> None:
+        with pytest.raises(Exception):  # noqa: B017 - nats-py words the refusal variously
+            nc = await connect_as(t.nats_url)
+            try:  # if CONNECT was taken, a round trip shows the authorization error
+                await nc.flush(timeout=5)
+            finally:
+                await nc.close()
+        # The same server admits a service with its own credentials from the data dir.
+        nc = await connect_as(t.nats_url, *t.creds("gateway"))
+        assert nc.is_connected
+        await nc.close()
 
-        asyncio.run(probe())
-        users = sorted(p.name for p in (t.data_dir / "nats-users").iterdir())
-        assert "secrets.json" in users and "gateway.json" in users
-        for path in [*(t.data_dir / "nats-users").iterdir(), t.data_dir / "nats.conf"]:
-            assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    asyncio.run(probe())
+    users = sorted(p.name for p in (t.data_dir / "nats-users").iterdir())
+    assert "secrets.json" in users and "gateway.json" in users
+    for path in [*(t.data_dir / "nats-users").iterdir(), t.data_dir / "nats.conf"]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
 
 
 def _run(argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:

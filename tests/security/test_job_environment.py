@@ -15,7 +15,7 @@ import pytest
 
 from services.scheduler.client.taskenv import PLAIN_PATH
 from tests.job_helpers import finished_alloc, one_task_job, raw_exec_task
-from tests.procs import dev, dev_client_agent
+from tests.procs import DevProcess, dev_client_agent
 
 pytestmark = pytest.mark.e2e
 
@@ -37,28 +37,28 @@ open(sys.argv[1], "w").write(json.dumps(out))
 SENSITIVE = re.compile(r"TOKEN|SECRET|PASSWORD|CREDENTIAL|KEY|NATS", re.IGNORECASE)
 
 
-def test_task_environment_holds_no_credential(tmp_path: Path) -> None:
+def test_task_environment_holds_no_credential(trellis_acl_dev: DevProcess, tmp_path: Path) -> None:
+    d = trellis_acl_dev
     out = tmp_path / "task-env.json"
-    with dev("--acl") as d:
-        _, agent_env = dev_client_agent(d.nats_url)
-        client = nomad.Nomad(address=d.scheduler, token=d.root_token, timeout=10)
-        task = raw_exec_task(
-            "t",
-            sys.executable,
-            "-c",
-            SCRIPT,
-            str(out),
-            Env={"GREETING": "hello from ${NOMAD_GROUP_NAME}"},
-            Meta={"team-key": "k1"},
-            Resources={"CPU": 200, "MemoryMB": 96},
-        )
-        job = one_task_job(
-            "envjob", task, group_extra={"Meta": {"tier": "web"}}, Meta={"owner": "team-a"}
-        )
-        client.jobs.register_job({"Job": job})
-        alloc = finished_alloc(client, "envjob")
-        assert alloc["ClientStatus"] == "complete", alloc.get("TaskStates")
-        dump = json.loads(out.read_text())
+    _, agent_env = dev_client_agent(d.nats_url)
+    client = nomad.Nomad(address=d.scheduler, token=d.root_token, timeout=10)
+    task = raw_exec_task(
+        "t",
+        sys.executable,
+        "-c",
+        SCRIPT,
+        str(out),
+        Env={"GREETING": "hello from ${NOMAD_GROUP_NAME}"},
+        Meta={"team-key": "k1"},
+        Resources={"CPU": 200, "MemoryMB": 96},
+    )
+    job = one_task_job(
+        "envjob", task, group_extra={"Meta": {"tier": "web"}}, Meta={"owner": "team-a"}
+    )
+    client.jobs.register_job({"Job": job})
+    alloc = finished_alloc(client, "envjob")
+    assert alloc["ClientStatus"] == "complete", alloc.get("TaskStates")
+    dump = json.loads(out.read_text())
 
     env: dict[str, str] = dump["env"]
     # Nothing of Trellis's own configuration, no credential, no way onto the bus.

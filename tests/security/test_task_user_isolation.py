@@ -14,7 +14,7 @@ import nomad
 import pytest
 
 from tests.job_helpers import finished_alloc, one_task_job, raw_exec_task
-from tests.procs import dev, dev_client_agent
+from tests.procs import DevProcess, dev_client_agent
 
 pytestmark = pytest.mark.e2e
 
@@ -32,25 +32,27 @@ echo "uid $(id -u)" >> "$out"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching a task's user needs a root agent")
-def test_a_task_running_as_its_own_user_reads_nothing_of_the_agents() -> None:
-    with dev("--acl") as d:
-        agent, _ = dev_client_agent(d.nats_url)
-        data_dir = d.data_dir
-        client = nomad.Nomad(address=d.scheduler, token=d.root_token, timeout=10)
-        task = raw_exec_task(
-            "t",
-            "/bin/sh",
-            "-c",
-            PROBE,
-            User="nobody",
-            Env={"DATA": data_dir, "AGENT": str(agent)},
-            Resources={"CPU": 100, "MemoryMB": 64},
-        )
-        client.jobs.register_job({"Job": one_task_job("probe", task)})
-        alloc = finished_alloc(client, "probe")
-        assert alloc["ClientStatus"] == "complete", alloc.get("TaskStates")
-        probe = Path(data_dir, "client", "alloc", alloc["ID"], "t", "local", "probe.txt")
-        lines = probe.read_text().splitlines()
+def test_a_task_running_as_its_own_user_reads_nothing_of_the_agents(
+    trellis_acl_dev: DevProcess,
+) -> None:
+    d = trellis_acl_dev
+    agent, _ = dev_client_agent(d.nats_url)
+    data_dir = d.data_dir
+    client = nomad.Nomad(address=d.scheduler, token=d.root_token, timeout=10)
+    task = raw_exec_task(
+        "t",
+        "/bin/sh",
+        "-c",
+        PROBE,
+        User="nobody",
+        Env={"DATA": data_dir, "AGENT": str(agent)},
+        Resources={"CPU": 100, "MemoryMB": 64},
+    )
+    client.jobs.register_job({"Job": one_task_job("probe", task)})
+    alloc = finished_alloc(client, "probe")
+    assert alloc["ClientStatus"] == "complete", alloc.get("TaskStates")
+    probe = Path(data_dir, "client", "alloc", alloc["ID"], "t", "local", "probe.txt")
+    lines = probe.read_text().splitlines()
 
     assert f"uid {pwd.getpwnam('nobody').pw_uid}" in lines
     results = [line for line in lines if not line.startswith("uid ")]

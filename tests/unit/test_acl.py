@@ -366,6 +366,28 @@ def test_parameters_are_ignored_when_not_given_or_not_writing() -> None:
     assert a.check("secret/foo", "read", {"other": "x"}).allowed
 
 
+def test_decisions_made_once_still_follow_the_parameters() -> None:
+    # One ACL, many requests: a decision kept from an earlier request must not answer a later
+    # one whose parameters decide differently.
+    a = acl(PARAMS, rule("secret/open", "update"))
+    assert a.check("secret/foo", "update", {"bar": "zip"}).allowed
+    assert not a.check("secret/foo", "update", {"bar": "zop"}).allowed
+    assert a.check("secret/foo", "update", {"bar": "zap-1"}).allowed
+    assert a.check("secret/foo", "update", None).allowed
+    assert not a.check("secret/foo", "update", {"other": "x"}).allowed
+    # Without parameter rules the parameters change nothing, before and after a repeat.
+    for params in ({"any": "x"}, None, {"other": 1}):
+        assert a.check("secret/open", "update", params).allowed
+    assert not a.check("secret/open", "read").allowed
+
+
+def test_capability_set_is_capabilities_on_every_path() -> None:
+    a = acl(PARAMS, rule("secret/*", "list"), rule("secret/no", "deny"))
+    for path in ("secret/foo", "secret/foo", "secret/bar/", "secret/no", "other"):
+        assert a.capability_set(path) == frozenset(a.capabilities(path))
+    assert ACL.root().capability_set("anything") == {"root"}
+
+
 @pytest.mark.parametrize("operation", ["create", "update", "patch"])
 def test_parameters_apply_to_every_write_operation(operation: str) -> None:
     assert not acl(PARAMS).check("secret/foo", operation, {"other": "x"}).allowed

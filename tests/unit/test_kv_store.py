@@ -107,3 +107,30 @@ async def test_config_round_trip(n: int) -> None:
     assert config == Config() and rev == 0
     await store.put_config(Config(max_versions=n), 0)
     assert (await store.get_config()).max_versions == n
+
+
+async def test_reads_decode_a_record_once_and_follow_every_change() -> None:
+    store, _ = make_store()
+    # Another replica's store: same storage and keys, its own memo.
+    other = KVStore(store.view)
+    await write(store, "k", b'{"n":1}')
+    first = await store.read_key("k")
+    assert first is not None and first.current == 1
+    assert await store.read_key("k") is first  # unchanged in storage: decoded once
+    await write(other, "k", b'{"n":2}')
+    second = await store.read_key("k")
+    assert second is not None and second.current == 2 and second.latest == b'{"n":2}'
+    await other.delete_key("k")
+    assert await store.read_key("k") is None
+    await write(other, "k", b'{"n":3}')
+    third = await store.read_key("k")
+    assert third is not None and third.current == 1 and third.latest == b'{"n":3}'
+
+
+async def test_a_sealed_barrier_reads_nothing_from_the_memo() -> None:
+    store, _ = make_store()
+    await write(store, "k", b'{"n":1}')
+    assert await store.read_key("k") is not None
+    store.view.barrier.seal()
+    with pytest.raises(SecretsError):
+        await store.read_key("k")

@@ -603,16 +603,17 @@ class AppRoleBackend(Backend):
             if not addr_allowed(req.remote_addr, token_cidrs):
                 raise permission_denied()
             metadata["role_name"] = role.name
-            return Response(
-                auth=login_auth(
-                    role,
-                    req,
-                    display_name="",
-                    metadata=metadata,
-                    internal={"role_name": role.name},
-                    bound_cidrs=token_cidrs,
-                )
+            auth = login_auth(
+                role,
+                req,
+                display_name="",
+                metadata=metadata,
+                internal={"role_name": role.name},
+                bound_cidrs=token_cidrs,
             )
+            # As Vault: the role's entity alias is named by its role_id.
+            auth.alias_name, auth.alias_metadata = role.role_id, dict(metadata)
+            return Response(auth=auth)
 
         r = Operation
         paths = [

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Annotated, Any
 
 import msgspec
 
 from services.secrets.core.dispatch import auth_block
+from services.secrets.core.namespaces import ROOT
 from services.secrets.core.tokens import TokenEntry, random_b62
 from services.secrets.errors import SecretsError, bad_request, not_found, permission_denied
 from services.secrets.framework.backend import Backend
 from services.secrets.framework.fields import CommaList, Duration, desc
 from services.secrets.framework.path import NoFields, Op, Operation, Path, write
 from services.secrets.framework.request import Request, Response
+from services.secrets.identity.access import entity_policies
 
 
 def _short(seconds: int) -> str:
@@ -84,6 +87,7 @@ class RoleName(msgspec.Struct, kw_only=True):
     role_name: str
 
 
+@lru_cache(maxsize=4096)  # a token's times are the same on every lookup of it
 def _ts(value: float) -> str | None:
     if not value:
         return None
@@ -260,6 +264,8 @@ class TokenBackend(Backend):
             parent="" if (orphan or f.no_parent) else self._store().hash(parent.id),
             namespace_id=req.namespace.id,
             role=role.role_name if role else "",
+            # As Vault: a child token acts for its parent's entity; an orphan for none.
+            entity_id="" if (orphan or f.no_parent) else parent.entity_id,
         )
         try:
             if kind == "batch":
@@ -285,22 +291,31 @@ class TokenBackend(Backend):
         async def create_orphan(req: Request, f: CreateFields) -> Response:
             return await self._create(req, f, orphan=True)
 
+        async def shown(entry: TokenEntry, *, include_id: bool) -> Response:
+            data = lookup_data(entry, include_id=include_id)
+            if entry.entity_id:
+                ns = self.core.namespaces.by_id.get(entry.namespace_id, ROOT)
+                policies = await entity_policies(self.core, ns, entry.entity_id)
+                if policies:
+                    data["identity_policies"] = policies
+            return Response(data=data)
+
         async def lookup(req: Request, f: TokenField) -> Response:
             tok = f.token or req.client_token
             entry = await self._store().lookup(tok)
             if entry is None:
                 raise SecretsError(403, "bad token")
-            return Response(data=lookup_data(entry, include_id=True))
+            return await shown(entry, include_id=True)
 
         async def lookup_self(req: Request, _: Any) -> Response:
             entry = await self._caller(req)
-            return Response(data=lookup_data(entry, include_id=True))
+            return await shown(entry, include_id=True)
 
         async def lookup_accessor(req: Request, f: AccessorField) -> Response:
             entry = await self._store().lookup_accessor(f.accessor, req.namespace.id)
             if entry is None:
                 raise bad_request("invalid accessor")
-            return Response(data=lookup_data(entry, include_id=False))
+            return await shown(entry, include_id=False)
 
         async def _renew(req: Request, entry: TokenEntry | None, increment: int) -> Response:
             if entry is None:

@@ -325,15 +325,15 @@ class UserpassBackend(Backend):
                 await self._upgrade(name, user.password, f.password)
             if not addr_allowed(req.remote_addr, user.token_bound_cidrs):
                 raise permission_denied()
-            return Response(
-                auth=login_auth(
-                    user,
-                    req,
-                    display_name=name,
-                    metadata={"username": name},
-                    internal={"username": name},
-                )
+            auth = login_auth(
+                user,
+                req,
+                display_name=name,
+                metadata={"username": name},
+                internal={"username": name},
             )
+            auth.alias_name = name  # the user's entity alias on this mount
+            return Response(auth=auth)
 
         r = Operation
         return [

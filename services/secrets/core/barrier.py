@@ -18,6 +18,10 @@ __all__ = ["Barrier", "BarrierView", "CasConflict", "children"]
 T = TypeVar("T")
 _json = msgspec.json.Encoder()
 
+# Bounds of a `get_decoded` memo: what a read path may keep decoded, per memo.
+MEMO_ENTRIES_MAX = 512
+MEMO_VALUE_MAX = 16 * 1024
+
 
 def _folder(prefix: str) -> str:
     return prefix if not prefix or prefix.endswith("/") else prefix + "/"
@@ -77,6 +81,28 @@ class Barrier:
         entry = await self.storage.get(path)
         return None if entry is None else (await self._decrypt(path, entry.value), entry.revision)
 
+    async def get_decoded(
+        self, path: str, decode: Callable[[bytes], T], memo: dict[str, tuple[bytes, T]]
+    ) -> T | None:
+        """`decode` of the value at `path`, decrypted and decoded once per stored value: `memo`
+        keeps the last one seen at each path with its ciphertext, which names it exactly (a
+        value never changes in place and every write draws a fresh nonce). The caller must not
+        change what it gets: later reads of the same value share it."""
+        self._ring()
+        entry = await self.storage.get(path)
+        if entry is None:
+            memo.pop(path, None)
+            return None
+        hit = memo.get(path)
+        if hit is not None and hit[0] == entry.value:
+            return hit[1]
+        value = decode(await self._decrypt(path, entry.value))
+        if len(entry.value) <= MEMO_VALUE_MAX:
+            if len(memo) >= MEMO_ENTRIES_MAX:
+                memo.clear()
+            memo[path] = (entry.value, value)
+        return value
+
     async def put(self, path: str, value: bytes) -> int:
         return await self.storage.put(path, self._ring().encrypt(path, value))
 
@@ -122,6 +148,11 @@ class BarrierView:
 
     async def get_entry(self, path: str) -> tuple[bytes, int] | None:
         return await self.barrier.get_entry(self.prefix + path)
+
+    async def get_decoded(
+        self, path: str, decode: Callable[[bytes], T], memo: dict[str, tuple[bytes, T]]
+    ) -> T | None:
+        return await self.barrier.get_decoded(self.prefix + path, decode, memo)
 
     async def put(self, path: str, value: bytes) -> int:
         return await self.barrier.put(self.prefix + path, value)

@@ -36,7 +36,12 @@ if TYPE_CHECKING:
 log = structlog.get_logger("core")
 
 # Mounts every namespace has; they cannot be disabled or moved.
-SYSTEM_MOUNTS = {"sys/": "system", "cubbyhole/": "cubbyhole", "auth/token/": "token"}
+SYSTEM_MOUNTS = {
+    "sys/": "system",
+    "cubbyhole/": "cubbyhole",
+    "identity/": "identity",
+    "auth/token/": "token",
+}
 
 
 class Invalidate(msgspec.Struct, kw_only=True):
@@ -178,6 +183,10 @@ class Core:
             self.policies.invalidate()
         elif msg.what == rotation.INVALIDATION:
             await rotation.reload_keyring(self)
+        elif msg.what.startswith("identity:"):
+            from services.secrets.identity.access import invalidated as identity_invalidated
+
+            identity_invalidated(self, msg.what[len("identity:") :])
         elif msg.what.startswith("transit:"):
             from services.secrets.engines.transit.backend import invalidated
 
@@ -266,10 +275,12 @@ class Core:
         full = ("auth/" if auth else "") + path.strip("/") + "/"
         if (
             full in SYSTEM_MOUNTS
-            or full.startswith(("sys/", "cubbyhole/"))
+            or full.startswith(("sys/", "cubbyhole/", "identity/"))
             or (not auth and full.startswith("auth/"))
         ):
             raise bad_request(f"cannot mount at {full!r}: the path is reserved")
+        if type_ == "identity":  # one per namespace, at identity/ (as OpenBao)
+            raise bad_request(f'mount type of "{type_}" is not mountable')
         if (
             registry.backend_class(type_, auth=auth) is None
             and await self.plugin_backend(MountEntry(path=full, type=type_)) is None
@@ -400,5 +411,6 @@ def _drop(doc: MountTableDoc, path: str) -> None:
 _SYSTEM_DESCRIPTIONS = {
     "system": "system endpoints used for control, policy and debugging",
     "cubbyhole": "per-token private secret storage",
+    "identity": "identity store",
     "token": "token based credentials",
 }

@@ -29,6 +29,7 @@ from services.secrets.framework.durations import parse_duration
 from services.secrets.framework.help import help_document
 from services.secrets.framework.path import Op
 from services.secrets.framework.request import AuthSpec, Request, Response
+from services.secrets.identity.access import link_login, token_identity_policies
 from shared import jsonbody
 from shared.errors import ServiceError
 from shared.messages import HttpRequest, HttpResponse
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("secrets")
 
 JSON = {"Content-Type": "application/json"}
+FORM = "application/x-www-form-urlencoded"
 _enc = msgspec.json.Encoder()
 
 # What a sealed (or uninitialised) service still answers.
@@ -99,6 +101,12 @@ def client_token(env: HttpRequest) -> str:
 def _parse_body(env: HttpRequest) -> dict[str, Any]:
     if not env.body or not env.body.strip():
         return {}
+    content_type = env.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type == FORM and env.body.lstrip()[:1] not in (b"{", b"["):
+        # An HTML form's POST (an OIDC provider's response_mode=form_post), as Vault reads it.
+        # curl labels JSON bodies as forms too, so a body that opens like JSON is JSON.
+        form = parse_qs(env.body.decode("utf-8", "replace"), keep_blank_values=True)
+        return {k: ",".join(v) for k, v in form.items()}
     try:
         # The shared policy. Integers past 64 bits stay exact (KV data round-trips them, where
         # OpenBao would round them to floats); typed fields refuse them as OpenBao does.
@@ -206,6 +214,7 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
         client_token=token_id,
         request_id=env.request_id,
         remote_addr=env.remote_addr,
+        client_certs=env.client_certs,
         query=query,
     )
 
@@ -239,11 +248,15 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
         if entry is None:
             raise permission_denied()
         acl_path = _acl_path(core, entry, ns, ns_path)
-        acl = await core.policies.acl(_token_ns(core, entry), entry.policies)
+        token_ns = _token_ns(core, entry)
+        policies = entry.policies
+        if entry.entity_id:  # read now: a group's new policy applies to tokens already issued
+            policies = [*policies, *await token_identity_policies(core, token_ns, entry)]
+        acl = await core.policies.acl(token_ns, policies)
         decision = acl.check(acl_path, op.capability, data if is_write else None)
         if not decision.allowed or (spec.sudo and not decision.sudo):
             raise permission_denied()
-        req.capabilities = frozenset(acl.capabilities(acl_path))
+        req.capabilities = acl.capability_set(acl_path)
         used = await core.tokens.use(entry)
         if used is None:
             raise permission_denied()
@@ -392,6 +405,11 @@ async def _login(core: Core, req: Request, spec: AuthSpec) -> dict[str, Any]:
         policies = ["root"]
     # Vault names a login token after the mount it came from: `<mount path>-<name>`.
     source = req.mount_path.removeprefix("auth/").replace("/", "-")
+    entity_id, identity_policies = "", []
+    if spec.alias_name and mount is not None:
+        entity_id, identity_policies = await link_login(
+            core, req.namespace, mount.accessor, spec.alias_name, spec.alias_metadata
+        )
     entry = TokenEntry(
         id=core.tokens.new_id(req.namespace),
         accessor=random_b62(),
@@ -409,6 +427,7 @@ async def _login(core: Core, req: Request, spec: AuthSpec) -> dict[str, Any]:
         namespace_id=req.namespace.id,
         internal={k: str(v) for k, v in spec.internal.items()},
         bound_cidrs=list(spec.bound_cidrs),
+        entity_id=entity_id,
     )
     if login_token_kind(spec.token_type, mount.config.token_type if mount else "") == "batch":
         if "root" in policies:
@@ -416,7 +435,7 @@ async def _login(core: Core, req: Request, spec: AuthSpec) -> dict[str, Any]:
         await core.tokens.create_batch(entry)
     else:
         await core.tokens.create(entry)
-    return auth_block(entry)
+    return auth_block(entry, identity_policies)
 
 
 def login_token_kind(role_kind: str, mount_kind: str) -> str:
@@ -433,11 +452,13 @@ def login_token_kind(role_kind: str, mount_kind: str) -> str:
     return "service"
 
 
-def auth_block(entry: TokenEntry) -> dict[str, Any]:
-    return {
+def auth_block(entry: TokenEntry, identity_policies: list[str] | None = None) -> dict[str, Any]:
+    block: dict[str, Any] = {
         "client_token": entry.id,
         "accessor": entry.accessor,
-        "policies": entry.policies,
+        "policies": sorted({*entry.policies, *identity_policies})
+        if identity_policies
+        else entry.policies,
         "token_policies": entry.policies,
         "metadata": entry.meta,
         "lease_duration": entry.ttl,
@@ -448,3 +469,7 @@ def auth_block(entry: TokenEntry) -> dict[str, Any]:
         "mfa_requirement": None,
         "num_uses": max(entry.num_uses, 0),
     }
+    # OpenBao leaves the key out when the token has no entity policies.
+    if identity_policies:
+        block["identity_policies"] = identity_policies
+    return block

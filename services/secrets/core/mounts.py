@@ -78,25 +78,33 @@ class MountTable:
     def __init__(self) -> None:
         self.entries: dict[str, MountEntry] = {}
         self.backends: dict[str, Backend] = {}
-        self._ordered: list[str] = []
+        # Mount paths by their first segment, longest first: a request's first segment picks the
+        # few mounts that can hold it.
+        self._by_head: dict[str, list[str]] = {}
         # Revisions of the stored mount and auth tables this table was built from.
         self.revisions: tuple[int, int] = (0, 0)
 
     def set(self, entry: MountEntry, backend: Backend) -> None:
         self.entries[entry.path] = entry
         self.backends[entry.path] = backend
-        self._ordered = sorted(self.entries, key=len, reverse=True)
+        self._index()
 
     def remove(self, path: str) -> Backend | None:
         self.entries.pop(path, None)
         backend = self.backends.pop(path, None)
-        self._ordered = sorted(self.entries, key=len, reverse=True)
+        self._index()
         return backend
+
+    def _index(self) -> None:
+        by_head: dict[str, list[str]] = {}
+        for mp in sorted(self.entries, key=len, reverse=True):
+            by_head.setdefault(mp.partition("/")[0], []).append(mp)
+        self._by_head = by_head
 
     def match(self, path: str) -> MountEntry | None:
         """The mount whose path is the longest prefix of `path` (a mount path matches with or
         without its trailing slash)."""
-        for mp in self._ordered:
+        for mp in self._by_head.get(path.partition("/")[0], ()):
             if path.startswith(mp) or path == mp[:-1]:
                 return self.entries[mp]
         return None

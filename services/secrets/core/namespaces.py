@@ -68,6 +68,8 @@ class NamespaceStore:
 
     def resolve(self, header: str, path: str) -> tuple[Namespace, str]:
         """Split a request into (namespace, path inside it)."""
+        if not header and len(self.by_path) == 1:
+            return ROOT, path  # no namespaces: nothing to look up
         base = normalize(header)
         if base and base not in self.by_path:
             raise not_found(f"namespace {base!r} does not exist")

@@ -85,6 +85,12 @@ class PolicyStore:
         return self._parsed[key]
 
     async def acl(self, ns: Namespace, names: list[str]) -> ACL:
+        # Found first by the names as the token lists them (every request asks), then by the
+        # set they make, so each set of policies is one ACL however its tokens order them.
+        listed = (ns.id, tuple(names))
+        acl = self._acls.get(listed)
+        if acl is not None:
+            return acl
         key = (ns.id, tuple(sorted(set(names))))
         acl = self._acls.get(key)
         if acl is None:
@@ -94,4 +100,5 @@ class PolicyStore:
                 policies = [p for n in key[1] if (p := await self._policy(ns, n)) is not None]
                 acl = ACL(policies)
             self._acls[key] = acl
+        self._acls[listed] = acl
         return acl

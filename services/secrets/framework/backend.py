@@ -31,10 +31,15 @@ class SecretType:
     renew: Callable[[dict[str, Any], int], Awaitable[int]] | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Routed:
+    """A path's match; shared by every request to the same path, so never changed."""
+
     path: Path
     captures: dict[str, str]
+
+
+ROUTE_MEMO_MAX = 4096
 
 
 class Backend:
@@ -45,6 +50,7 @@ class Backend:
     help_text = ""
     # Auth methods answer login without a token; engines list unauthenticated paths here.
     is_auth = False
+    _routes: tuple[list[Path], dict[str, Routed | None]] | None = None
 
     def __init__(self, core: Any, mount: MountEntry | None, storage: BarrierView) -> None:
         self.core = core
@@ -63,6 +69,21 @@ class Backend:
         """Called when the mount is disabled: delete whatever the backend keeps."""
 
     def route(self, rel: str) -> Routed | None:
+        # The same paths route a path the same way: each path is matched once, then looked up
+        # (the memo follows `self.paths`, which KV rebuilds when a tune changes its version).
+        routes = self._routes
+        if routes is None or routes[0] is not self.paths:
+            routes = self._routes = (self.paths, {})
+        memo = routes[1]
+        if rel in memo:
+            return memo[rel]
+        found = self._match(rel)
+        if len(memo) >= ROUTE_MEMO_MAX:
+            memo.clear()  # client-chosen paths must not grow it without bound
+        memo[rel] = found
+        return found
+
+    def _match(self, rel: str) -> Routed | None:
         for p in self.paths:
             captures = p.match(rel)
             if captures is not None:

@@ -29,6 +29,8 @@ class Request:
     client_token: str = ""
     request_id: str = ""
     remote_addr: str = ""
+    # The TLS client certificate chain (DER, leaf first) the gateway forwarded, if any.
+    client_certs: list[bytes] = field(default_factory=list)
     query: dict[str, list[str]] = field(default_factory=dict)
     # The capabilities the caller holds on this path (for handlers that decide on them).
     capabilities: frozenset[str] = frozenset()
@@ -72,6 +74,9 @@ class AuthSpec:
     internal: dict[str, Any] = field(default_factory=dict)
     # CIDRs the token may be used from (token_bound_cidrs); empty: anywhere.
     bound_cidrs: list[str] = field(default_factory=list)
+    # The identity alias of the login (its name within the mount, and its metadata).
+    alias_name: str = ""
+    alias_metadata: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

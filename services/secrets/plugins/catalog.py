@@ -19,7 +19,7 @@ TYPES = ("auth", "database", "secret")
 PREFIX = "core/plugin-catalog/"
 BUILTIN_VERSION = "v0.1.0+builtin"
 # Mounted by the core itself, never by name, so not offered in the catalog.
-_INTERNAL = {"system", "cubbyhole"}
+_INTERNAL = {"system", "cubbyhole", "identity"}
 _SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 

@@ -37,6 +37,7 @@ from services.secrets.engines.kv.group_commit import (
     backoff,
     busy,
 )
+from services.secrets.engines.kv.read_batch import ReadBatch
 from services.secrets.engines.kv.records import Config, KeyRecord
 from services.secrets.framework.request import Request
 
@@ -58,11 +59,22 @@ class KVStore:
     def __init__(self, view: BarrierView) -> None:
         self.view = view
         self.commits = GroupCommit(self.get_key, self._write_key, self.delete_blobs)
+        self._read_memo: dict[str, tuple[bytes, KeyRecord]] = {}
+        self._reads = ReadBatch(self._read_key)
 
     # ---- records ------------------------------------------------------------------------
     async def get_key(self, path: str) -> Got:
         got = await self.view.get_entry(META + path)
         return None if got is None else (records.decode_key(got[0]), got[1])
+
+    async def read_key(self, path: str) -> KeyRecord | None:
+        """The key record for a read, decoded once per stored record; reads of one key in the
+        same loop turn share one get (read_batch). Shared between reads, so only for
+        answering: a change starts from `get_key`'s own copy."""
+        return await self._reads.get(path)
+
+    async def _read_key(self, path: str) -> KeyRecord | None:
+        return await self.view.get_decoded(META + path, records.decode_key, self._read_memo)
 
     async def get_config(self) -> Config:
         raw = await self.view.get(CONFIG)

@@ -4,6 +4,7 @@ fraction's trailing zeros trimmed). Stored times are integer nanoseconds since t
 from __future__ import annotations
 
 import time
+from functools import lru_cache
 
 NS = 1_000_000_000
 
@@ -12,6 +13,7 @@ def now_ns() -> int:
     return time.time_ns()
 
 
+@lru_cache(maxsize=4096)  # a version's times are formatted again on every read of it
 def rfc3339(ns: int) -> str:
     secs, frac = divmod(ns, NS)
     text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))

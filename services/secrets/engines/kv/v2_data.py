@@ -55,10 +55,9 @@ async def read_version(
 ) -> tuple[KeyRecord, int, bytes] | Response:
     """The key record, version number and JSON data of a readable version, or the deleted
     answer. One storage get for the latest version; a second one for older versions."""
-    got = await store.get_key(path)
-    if got is None:
+    key = await store.read_key(path)
+    if key is None:
         raise not_found()
-    key = got[0]
     number = version or key.current
     entry = key.versions.get(number)
     if entry is None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from services.secrets.errors import bad_request
+from services.secrets.globs import glob
 
 if TYPE_CHECKING:
     from services.secrets.engines.pki.roles import Role
@@ -22,20 +23,7 @@ _OID = re.compile(r"^[0-2](\.(0|[1-9][0-9]*))+$")
 LOCAL_NAMES = ("localhost", "localdomain")
 
 
-def glob_match(pattern: str, value: str) -> bool:
-    """Shell-style `*` (which may span dots), nothing else special, as Vault's glob."""
-    parts = pattern.split("*")
-    if len(parts) == 1:
-        return pattern == value
-    if not value.startswith(parts[0]):
-        return False
-    pos = len(parts[0])
-    for mid in parts[1:-1]:
-        found = value.find(mid, pos)
-        if found < 0:
-            return False
-        pos = found + len(mid)
-    return value.endswith(parts[-1]) and len(value) - len(parts[-1]) >= pos
+glob_match = glob  # one implementation of Vault's glob for PKI and the auth methods
 
 
 def to_ascii(name: str) -> str | None:

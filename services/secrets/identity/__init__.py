@@ -1,0 +1,1 @@
+"""The identity store (`identity/`): entities, aliases, groups, and lookups over them."""
