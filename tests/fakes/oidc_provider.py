@@ -31,10 +31,11 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
 
-def self_signed() -> tuple[bytes, bytes]:
-    """(certificate PEM, key PEM) for 127.0.0.1."""
+def self_signed(common_name: str = "oidc-test-provider") -> tuple[bytes, bytes]:
+    """(certificate PEM, key PEM) of a self-signed server certificate for localhost and
+    127.0.0.1."""
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "oidc-test-provider")])
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()
@@ -45,7 +46,10 @@ def self_signed() -> tuple[bytes, bytes]:
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(hours=2))
         .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(IPv4Address("127.0.0.1"))]), False
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(IPv4Address("127.0.0.1"))]
+            ),
+            False,
         )
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
         .sign(key, hashes.SHA256())
