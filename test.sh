@@ -26,4 +26,14 @@ fi
 python3 -m pip install -q -e ".[test]"
 # Every tool is installed above, so a skipped test would only hide a missing component.
 export TRELLIS_REQUIRE_ALL=1
-exec python3 -m pytest -q -p no:cacheprovider "$@"
+# Most tests in two workers (pytest-xdist), each with its own session fixtures (nats-server,
+# OpenBao, `trellis dev`); then the `one_chain` ones alone (tests/conftest.py says why).
+# Exit code 5 (nothing selected, e.g. for paths given on the command line) is a failure only
+# when neither part ran a test.
+one=0 two=0
+python3 -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup -m "not one_chain" "$@" || one=$?
+python3 -m pytest -q -p no:cacheprovider -m one_chain "$@" || two=$?
+if [ "$one" -eq 5 ] && [ "$two" -eq 5 ]; then exit 5; fi
+for rc in "$one" "$two"; do
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then exit "$rc"; fi
+done

@@ -1,7 +1,7 @@
 """The gateway listener's own CPU per request, without sockets, NATS or services: the real
 secrets listener (`runner_for` + `create_app`) fed requests through its protocol, the bus call
 answered by a stub and sys/health answered from a set state. What remains is the HTTP side:
-parsing, middlewares, the handler, response writing.
+parsing, the listener's handler, response writing.
 
     python bench/gateway_http.py [--path /v1/sys/health] [--parser both|llhttp|python]
 
@@ -94,7 +94,7 @@ async def _listener() -> Any:
     state = SecretsState(initialized=True, sealed=False)
     local._states = {"bench": (state, time.monotonic() + 1e9, 0)}
     local._settle(time.monotonic())
-    app = gateway_app.create_app(
+    listener = gateway_app.create_app(
         SECRETS,
         bus,
         Settings(),
@@ -102,7 +102,7 @@ async def _listener() -> Any:
         None,
         local,  # type: ignore[arg-type]
     )
-    runner = any_method.runner_for(app, SECRETS, access_log=None, shutdown_timeout=1)
+    runner = any_method.runner_for(listener, SECRETS, access_log=None, shutdown_timeout=1)
     await runner.setup()
     return runner
 

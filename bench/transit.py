@@ -5,7 +5,8 @@ Ed25519 and with RSA-2048, the same closed-loop Python load for both servers, in
     python bench/transit.py [--seconds 4] [--clients 32] [--rounds 2] [--load python|wrk]
                             [--secrets-replicas 1] [--crypto-processes 2]
 
-Prints each operation's rate on both and the ratio Trellis / OpenBao (goal: each >= 1).
+Prints each operation's rate on both and the ratio Trellis / OpenBao (goal: each >= 1); with
+`--load wrk` also the CPU each request cost on both, by Trellis process.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 import re
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import closed_loop, trellis_dev
+from bench.vs_openbao import cpu_per_request, process_ticks
 from tests.openbao import openbao_dev
 
 PLAIN = base64.b64encode(b"x" * 64).decode()
@@ -73,8 +76,11 @@ def ops(base: str, token: str, ciphertext: str) -> dict[str, Call]:
     return {name: post(path, body) for name, (path, body) in requests_of(ciphertext).items()}
 
 
-async def wrk_rate(base: str, token: str, path: str, body: dict[str, str], args: Any) -> float:
-    """Requests per second `wrk` reaches (non-2xx answers counted as failures, printed)."""
+async def wrk_rate(
+    base: str, token: str, path: str, body: dict[str, str], args: Any, root: int
+) -> tuple[float, dict[str, float]]:
+    """Requests per second `wrk` reaches (non-2xx answers counted as failures, printed), and
+    the CPU ms each request cost in every process under `root`, by role."""
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write(
             'wrk.method = "POST"\n'
@@ -82,6 +88,7 @@ async def wrk_rate(base: str, token: str, path: str, body: dict[str, str], args:
             'wrk.headers["Content-Type"] = "application/json"\n'
             f'wrk.headers["X-Vault-Token"] = "{token}"\n'
         )
+    before = process_ticks(root)
     proc = await asyncio.create_subprocess_exec(
         "wrk",
         "-t2",
@@ -93,12 +100,15 @@ async def wrk_rate(base: str, token: str, path: str, body: dict[str, str], args:
         stdout=asyncio.subprocess.PIPE,
     )
     out = (await proc.communicate())[0].decode()
+    after = process_ticks(root)
     os.unlink(f.name)
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     if bad:
         print(f"  {base} {path}: {bad.group(1)} non-2xx answers")
     m = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    return float(m.group(1)) if m else 0.0
+    n = re.search(r"(\d+) requests in", out)
+    cpu = cpu_per_request(before, after, int(n.group(1)) if n else 0)
+    return (float(m.group(1)) if m else 0.0), cpu
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -116,18 +126,26 @@ async def run(args: argparse.Namespace) -> int:
         bao_ops = ops(bao.addr, bao.token, bao_ct)
         tre_ops = ops(dev.secrets, dev.root_token, tre_ct)
         rates: dict[str, dict[str, float]] = {}
+        cpu: dict[str, dict[str, float]] = {}
         if args.load == "wrk":
             sides = {
-                "openbao": (bao.addr, bao.token, requests_of(bao_ct)),
-                "trellis": (dev.secrets, dev.root_token, requests_of(tre_ct)),
+                "openbao": (bao.addr, bao.token, requests_of(bao_ct), bao.proc.pid),
+                "trellis": (dev.secrets, dev.root_token, requests_of(tre_ct), dev.proc.pid),
             }
             for name in bao_ops:
                 got: dict[str, list[float]] = {"openbao": [], "trellis": []}
+                spent: dict[str, Counter[str]] = {"openbao": Counter(), "trellis": Counter()}
                 for _ in range(args.rounds):
-                    for side, (base, token, reqs) in sides.items():
+                    for side, (base, token, reqs, root) in sides.items():
                         path, body = reqs[name]
-                        got[side].append(await wrk_rate(base, token, path, body, args))
+                        rate, ms = await wrk_rate(base, token, path, body, args, root)
+                        got[side].append(rate)
+                        spent[side].update(ms)
                 rates[name] = {side: sum(v) / len(v) for side, v in got.items()}
+                cpu[name] = {
+                    "openbao": sum(spent["openbao"].values()) / args.rounds,
+                    **{role: ms / args.rounds for role, ms in spent["trellis"].items()},
+                }
         for name in bao_ops if args.load == "python" else ():
             totals = {"openbao": [0, 0.0, 0], "trellis": [0, 0.0, 0]}
             # A short warm-up on each, then interleaved rounds.
@@ -155,6 +173,14 @@ async def run(args: argparse.Namespace) -> int:
         worst = min(worst, ratio)
         goal = "ok" if ratio >= 1 else "BELOW GOAL"
         print(f"{name:24} {r['openbao']:10.0f} {r['trellis']:10.0f} {ratio:7.2f}  {goal}")
+    if cpu:
+        # Robust where the rates are not: a shared machine's load shifts the rates, not these.
+        roles = ("gateway", "secrets", "crypto", "nats")
+        print("\nCPU ms per request: openbao | trellis " + " / ".join(roles) + " -> total")
+        for name, ms in cpu.items():
+            parts = " / ".join(f"{ms.get(r, 0.0):.3f}" for r in roles)
+            total = sum(v for k, v in ms.items() if k != "openbao")
+            print(f"{name:24} {ms['openbao']:.3f} | {parts} -> {total:.3f}")
     return 0 if worst >= 1 else 1
 
 

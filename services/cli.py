@@ -60,6 +60,13 @@ def main(argv: list[str] | None = None) -> None:
     dev.add_argument("--secrets-replicas", type=int, default=1)
     dev.add_argument("--crypto-processes", type=int, default=1)
     dev.add_argument(
+        "--gateways",
+        type=int,
+        default=0,
+        help="gateway processes sharing the three listener ports (default: 2 with 2 or more "
+        "usable CPUs, else 1)",
+    )
+    dev.add_argument(
         "--services",
         default="all",
         help="comma list of services beside secrets and the gateway "

@@ -10,13 +10,14 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from services import dev_nats, dev_tls
+from services import dev_nats, dev_tls, gateway_procs, port_guard
 from services.supervisor import (
     TRAVERSE_DIR,
     Child,
@@ -78,8 +79,18 @@ def start_nats(sup: Supervisor, data_dir: Path, cluster: str | None = None) -> s
     return f"nats://127.0.0.1:{port}"
 
 
-def _init_and_unseal(base: str, data_dir: Path, root_token: str) -> tuple[str, str]:
-    """Initialise (or reuse the kept keys), unseal, and make sure the root token exists."""
+def _unsealed(child: Child) -> bool:
+    """The secrets replica `child` serves requests: its /readyz says it is unsealed."""
+    code, body = http_json("GET", f"http://{child.health}/readyz", timeout=2)
+    return code == 200 and body.get("sealed") is False
+
+
+def _init_and_unseal(
+    base: str, data_dir: Path, root_token: str, replicas: list[Child]
+) -> tuple[str, str]:
+    """Initialise (or reuse the kept keys), unseal, and make sure the root token exists. The
+    unseal reaches one replica and the others take the keyring from it a moment later: wait
+    for all of them, or a request could land on one still sealed."""
     keys_path = data_dir / KEYS_FILE
     _, status = http_json("GET", f"{base}/v1/sys/init")
     if status and status.get("initialized"):
@@ -98,6 +109,7 @@ def _init_and_unseal(base: str, data_dir: Path, root_token: str) -> tuple[str, s
     code, body = _submit_kept(base, key, keys_path)
     if code != 200 or body.get("sealed"):
         raise SystemExit("unseal failed: " + str(body.get("errors", "still sealed")))
+    _wait("every secrets replica to unseal", lambda: all(map(_unsealed, replicas)), procs=replicas)
     if root_token and root_token != token:
         code, _ = http_json("GET", f"{base}/v1/auth/token/lookup-self", token=root_token)
         if code != 200:
@@ -161,7 +173,8 @@ def _bootstrap(
             procs=[*started, private],
         )
         _step("initialising and unsealing")
-        key, token = _init_and_unseal(base, data_dir, args.root_token)
+        replicas = [c for c in started if c.kind == "secrets"]
+        key, token = _init_and_unseal(base, data_dir, args.root_token, replicas)
         if getattr(args, "tls", False):
             _step("issuing the development CA and TLS certificate")
             dev_tls.enable(sup.env, dev_tls.issue(base, token, data_dir))
@@ -193,13 +206,18 @@ def _unseal_after_restart(sup: Supervisor, base: str, data_dir: Path) -> Any:
     return hook
 
 
-def _start_gated(sup: Supervisor, wanted: set[str], data_dir: Path, acl: bool) -> dict[str, Child]:
-    """The gateway, workspace, scheduler and client, started now behind their start gates
+def _start_gated(
+    sup: Supervisor, wanted: set[str], data_dir: Path, acl: bool, gateways: int
+) -> dict[str, Child]:
+    """The gateways, workspace, scheduler and client, started now behind their start gates
     (shared/start_gate.py), so that their imports overlap the bootstrap; `_release` lets them
     go once the root token exists. The scheduler's and the client's local state
     (acl-bootstrap-reset, node identity, task dirs) live under the data dir, as Nomad's."""
     local = {"TRELLIS_DATA_DIR": str(data_dir)}
-    late = {"gateway": sup.service("gateway", gated=True)}
+    late = {
+        name: sup.service(name, extra_env=gateway_procs.env(gateways), gated=True)
+        for name in gateway_procs.names(gateways)
+    }
     if "scheduler" in wanted:
         env = {"TRELLIS_SCHEDULER_ACL": "true" if acl else "false", **local}
         late["scheduler"] = sup.service("scheduler", extra_env=env, gated=True)
@@ -223,7 +241,9 @@ def _release(
     """Let the gated services go, each with only its own token, in the order their needs
     allow; return once every service says it is ready."""
     base = f"{dev_tls.scheme(args)}://{args.secrets_addr}"
-    sup.release(late["gateway"], tls)
+    for child in late.values():
+        if child.kind == "gateway":
+            sup.release(child, tls)
     if "scheduler" in late:
         env = {
             "TRELLIS_SCHEDULER_MANAGEMENT_TOKEN": token,
@@ -256,13 +276,30 @@ def _release(
     _step("waiting for every service to be ready")
     _wait(
         "every service",
-        lambda: all(sup.ready(c) for c in sup.children if c.health),
+        lambda: all(
+            sup.ready(c) and (c.kind != "secrets" or _unsealed(c)) for c in sup.children if c.health
+        ),
         procs=sup.children,
     )
 
 
+def _gateways_line(sup: Supervisor) -> str:
+    """The banner line on the gateway processes: each answers /metrics for itself only (the
+    listeners' own /metrics answer for whichever process took the connection)."""
+    gateways = [c for c in sup.children if c.kind == "gateway"]
+    metrics = " ".join(f"http://{c.health}/metrics" for c in gateways)
+    return f"Gateways:       {len(gateways)} (metrics of each: {metrics})"
+
+
 def run_dev(args: Any) -> int:
     restrict_umask()
+    gateways = max(1, args.gateways or gateway_procs.dev_default())
+    # A taken port fails now, not after the start-up; with several gateways the ports stay
+    # ours (no second `trellis dev` can share them) until they have stopped.
+    addrs, held = port_guard.claim(
+        [args.secrets_addr, args.workspace_addr, args.scheduler_addr], hold=gateways > 1
+    )
+    args.secrets_addr, args.workspace_addr, args.scheduler_addr = addrs
     data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="trellis-dev-")).resolve()
     private_dir(data_dir)
     # Traversable, never listable: a task that runs as its own `user` reaches its alloc dir
@@ -318,7 +355,7 @@ def run_dev(args: Any) -> int:
             started.append(sup.service("replication"))
         if "crypto" in wanted:
             started.append(sup.service("crypto", "--processes", str(max(1, args.crypto_processes))))
-        late = _start_gated(sup, wanted, data_dir, args.acl)
+        late = _start_gated(sup, wanted, data_dir, args.acl, gateways)
         env_before = dict(sup.env)
         key, token, sched_secrets = _bootstrap(sup, args, data_dir, started, "scheduler" in late)
         base = f"{dev_tls.scheme(args)}://{args.secrets_addr}"
@@ -337,6 +374,7 @@ Secrets API:    {dev_tls.scheme(args)}://{args.secrets_addr}
 Workspace API:  {dev_tls.scheme(args)}://{args.workspace_addr}
 Scheduler API:  {dev_tls.scheme(args)}://{args.scheduler_addr}
 NATS:           {nats_url}
+{_gateways_line(sup)}
 {dev_tls.banner(args, data_dir)}
 Unseal Key: {key}
 Root Token: {token}
@@ -351,6 +389,7 @@ Press Ctrl-C to stop.""",
         if sup.stop_signal:
             print("\nstopping...", file=sys.stderr, flush=True)
         sup.stop()
+        port_guard.release(held)
         if not args.data_dir:
             shutil.rmtree(data_dir, ignore_errors=True)
     return code
@@ -369,12 +408,23 @@ def run_server(config: str, *, insecure_bus: bool = False) -> int:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if insecure_bus:
         env["TRELLIS_INSECURE_BUS"] = "true"
+    gateways = max(1, settings.gateway_processes)
+    held: list[socket.socket] = []
+    if gateways > 1:
+        # The ports stay ours (no second server can share them) until the gateways stopped;
+        # port 0 becomes one concrete port they all share.
+        listeners = [settings.secrets_addr, settings.workspace_addr, settings.scheduler_addr]
+        addrs, held = port_guard.claim(listeners, hold=True)
+        names = ("TRELLIS_SECRETS_ADDR", "TRELLIS_WORKSPACE_ADDR", "TRELLIS_SCHEDULER_ADDR")
+        env.update(zip(names, addrs, strict=True))
     log_dir = Path(tempfile.mkdtemp(prefix="trellis-server-"))
     sup = Supervisor(log_dir, env, inherit_output=True)
     sup.install_signal_handlers()
     code = 0
+    services = ["secrets", "crypto", "replication", "workspace", "scheduler"]
     try:
-        for name in ("secrets", "crypto", "replication", "workspace", "scheduler", "gateway"):
+        for name in [*services, *gateway_procs.names(gateways)]:
+            health = f"127.0.0.1:{free_port()}"
             sup.spawn(
                 name,
                 [
@@ -382,17 +432,21 @@ def run_server(config: str, *, insecure_bus: bool = False) -> int:
                     "-m",
                     "services.cli",
                     "run",
-                    name,
+                    name.split("#")[0],
                     "--config",
                     config,
                     "--health-addr",
-                    f"127.0.0.1:{free_port()}",
+                    health,
                 ],
             )
+            if name.startswith("gateway") and gateways > 1:
+                # Each gateway's /metrics counts its own requests only: scrape each, and sum.
+                sup.note(f"{name}: metrics at http://{health}/metrics")
         code = sup.supervise()
     except KeyboardInterrupt:
         pass
     finally:
         sup.stop()
+        port_guard.release(held)
         shutil.rmtree(log_dir, ignore_errors=True)
     return code

@@ -101,7 +101,7 @@ _reply_dec = msgspec.msgpack.Decoder(ApiReply)
 
 
 def _nonce(direction: int, counter: int) -> bytes:
-    return bytes([direction]) + counter.to_bytes(11, "big")
+    return (direction << 88 | counter).to_bytes(12, "big")
 
 
 def _aad(cluster: str, service: str, direction: bytes, channel: str = "") -> bytes:
@@ -411,32 +411,35 @@ class SessionServer:
             box = s.aead.encrypt(_nonce(1, counter), _request_enc.encode(reply), rep_aad)
             return SealedReply(box=box)
 
-        async def answer(
+        def failed(exc: Exception) -> ApiReply:
+            if isinstance(exc, ServiceError):
+                return ApiReply(code=exc.code, message=exc.message)
+            if isinstance(exc, msgspec.DecodeError):
+                return ApiReply(code=400, message="malformed envelope")
+            log.exception("handler failed", service=self.key.service)
+            return ApiReply(code=500, message="internal error")
+
+        def answered(
+            s: _ServerSession, counter: int, ctx: CallContext, result: Any
+        ) -> SealedReply | Deferred:
+            if isinstance(result, Deferred):
+                later = result.finish
+                return Deferred(result.ready, lambda: finish(s, counter, ctx, later))
+            if channel:
+                return seal(s, counter, ApiReply(body=_request_enc.encode(result)))
+            return seal(s, counter, ApiReply(response=result))
+
+        async def finish(
             s: _ServerSession,
             counter: int,
             ctx: CallContext,
-            run: Callable[[], Awaitable[HttpResponse | Deferred]],
+            later: Callable[[], Awaitable[Any]],
         ) -> SealedReply | Deferred:
             try:
-                result = await run()
-                if isinstance(result, Deferred):
-                    later = result.finish
-                    return Deferred(
-                        result.ready,
-                        lambda: answer(s, counter, ctx, lambda: _logged_as(ctx, later())),
-                    )
-                if channel:
-                    reply = ApiReply(body=_request_enc.encode(result))
-                else:
-                    reply = ApiReply(response=result)
-            except ServiceError as exc:
-                reply = ApiReply(code=exc.code, message=exc.message)
-            except msgspec.DecodeError:
-                reply = ApiReply(code=400, message="malformed envelope")
-            except Exception:
-                log.exception("handler failed", service=self.key.service)
-                reply = ApiReply(code=500, message="internal error")
-            return seal(s, counter, reply)
+                result = await _logged_as(ctx, later())
+            except Exception as exc:
+                return seal(s, counter, failed(exc))
+            return answered(s, counter, ctx, result)
 
         async def on_sealed(req: SealedRequest, ctx: CallContext) -> SealedReply | Deferred:
             now = time.time()
@@ -448,19 +451,27 @@ class SessionServer:
                 plain = s.aead.decrypt(_nonce(0, counter), req.box, req_aad)
             except InvalidTag:
                 raise ServiceError(400, "the sealed request does not open") from None
-            (sent,) = _TS.unpack(plain[:8])
+            (sent,) = _TS.unpack_from(plain)
             if not abs(now - sent) <= MAX_SKEW:
                 raise ServiceError(400, "stale sealed request")
             if not s.fresh(counter):
                 raise ServiceError(400, "replayed sealed request")
-
-            def run() -> Awaitable[HttpResponse | Deferred]:
+            # One frame for the hot path: open, run with the request id bound, seal.
+            bound = None
+            try:
                 request = request_dec.decode(memoryview(plain)[8:])
                 # An envelope's request id travels sealed inside it, not as a bus header.
                 ctx.request_id = getattr(request, "request_id", "") or ctx.request_id
-                return _logged_as(ctx, handler(request, ctx))
-
-            return await answer(s, counter, ctx, run)
+                if ctx.request_id:
+                    bound = bind_contextvars(request_id=ctx.request_id)
+                result = await handler(request, ctx)
+            except Exception as exc:
+                if bound is not None:
+                    reset_contextvars(**bound)
+                return seal(s, counter, failed(exc))
+            if bound is not None:
+                reset_contextvars(**bound)
+            return answered(s, counter, ctx, result)
 
         return on_sealed
 

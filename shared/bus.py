@@ -48,15 +48,18 @@ HANDLE_SECONDS = Histogram(
 )
 
 
-# The metric children per subject family, looked up once: `labels()` costs more than the
-# increment itself. Families leave out the per-cluster prefix (bounded label values).
-_handled_ok: dict[str, tuple[Counter, Histogram]] = {}
+# The metric children per served subject, looked up once: `labels()` costs more than the
+# increment itself. Labels name the subject family, without the per-cluster prefix (bounded
+# label values).
+_handled_ok: dict[str, tuple[str, Counter, Histogram]] = {}
 
 
-def _metrics_for(family: str) -> tuple[Counter, Histogram]:
-    m = _handled_ok.get(family)
+def _metrics_for(subject: str) -> tuple[str, Counter, Histogram]:
+    m = _handled_ok.get(subject)
     if m is None:
-        m = _handled_ok[family] = (HANDLED.labels(family, "ok"), HANDLE_SECONDS.labels(family))
+        family = subject.split(".", 1)[-1]
+        m = (family, HANDLED.labels(family, "ok"), HANDLE_SECONDS.labels(family))
+        _handled_ok[subject] = m
     return m
 
 
@@ -296,14 +299,15 @@ class Bus:
     ) -> None:
         """Run `handler` on one request and `send` its reply (or error), now or, for a
         Deferred, when it is ready."""
-        headers = msg_headers or {}
-        ctx = CallContext(
-            subject=subject,
-            request_id=headers.get(REQUEST_ID, ""),
-            caller=headers.get(CALLER, ""),
-            headers=headers,
-        )
-        family = subject.split(".", 1)[-1]
+        if msg_headers:
+            ctx = CallContext(
+                subject,
+                msg_headers.get(REQUEST_ID, ""),
+                msg_headers.get(CALLER, ""),
+                msg_headers,
+            )
+        else:
+            ctx = CallContext(subject)
         started = time.perf_counter()
         bound = bind_contextvars(request_id=ctx.request_id) if ctx.request_id else None
         reply: bytes
@@ -335,7 +339,7 @@ class Bus:
             if bound is not None:
                 reset_contextvars(**bound)
         await send(reply, error)
-        ok, seconds = _metrics_for(family)
+        family, ok, seconds = _metrics_for(subject)
         (HANDLED.labels(family, "error") if error else ok).inc()
         seconds.observe(time.perf_counter() - started)
 

@@ -1,21 +1,28 @@
 """The small HTTP server every `trellis run` process serves for probes and scraping:
-/healthz (the process is alive), /readyz (it can serve), /metrics (Prometheus)."""
+/healthz (the process is alive), /readyz (it can serve, with what the service adds about its
+state, such as whether a secrets replica is sealed), /metrics (Prometheus)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 
-async def start_health_server(addr: str, is_ready: Callable[[], bool]) -> web.AppRunner:
+async def start_health_server(
+    addr: str,
+    is_ready: Callable[[], bool],
+    detail: Callable[[], dict[str, Any]] | None = None,
+) -> web.AppRunner:
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
     async def readyz(_: web.Request) -> web.Response:
         ok = is_ready()
-        return web.json_response({"ready": ok}, status=200 if ok else 503)
+        body = {**(detail() if detail is not None else {}), "ready": ok}
+        return web.json_response(body, status=200 if ok else 503)
 
     async def prometheus(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})

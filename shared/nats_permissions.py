@@ -109,7 +109,13 @@ TABLE: dict[str, Permissions] = {
         publish=("{c}.sched.node.>", "{c}.sched.alloc.>", "{c}.api.scheduler.session", "_INBOX.>"),
         # Only the requests addressed to a node (its files, its figures): never the other
         # nodes' RPCs, which carry their node secrets and task-secret requests.
-        subscribe=("{c}.sched.node.fs.>", "{c}.sched.node.stats.>", "_INBOX.>"),
+        # `replica.up`: a scheduler replica started, poll it now (services/scheduler/wire.py).
+        subscribe=(
+            "{c}.sched.node.fs.>",
+            "{c}.sched.node.stats.>",
+            "{c}.sched.replica.up",
+            "_INBOX.>",
+        ),
         doc="client nodes talk to the scheduler's RPC subjects only",
     ),
     "plugin": Permissions(

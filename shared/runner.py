@@ -122,7 +122,8 @@ async def run_service(
     def ready() -> bool:
         return svc.ready and bus.nc.is_connected and not stop.is_set()
 
-    health = await start_health_server(health_addr, ready) if health_addr else None
+    detail = getattr(svc, "health_detail", None)
+    health = await start_health_server(health_addr, ready, detail) if health_addr else None
     try:
         started, _ = await _unless_stopped(svc.start(), stop)
         if started:

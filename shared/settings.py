@@ -63,6 +63,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     secrets_addr: str = "127.0.0.1:8200"
     workspace_addr: str = "127.0.0.1:8800"
     scheduler_addr: str = "127.0.0.1:4646"
+    # Gateway processes `trellis server` runs on this node, sharing each listener port
+    # (SO_REUSEPORT; more than one gateway event loop uses more than one core).
+    gateway_processes: int = 1
     # Certificate and key per listener (trellis dev --tls issues them from its own PKI).
     secrets_tls: ListenerTls = msgspec.field(default_factory=ListenerTls)
     workspace_tls: ListenerTls = msgspec.field(default_factory=ListenerTls)

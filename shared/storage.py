@@ -50,6 +50,7 @@ class _StoredMsg(msgspec.Struct):
 
 class _ApiError(msgspec.Struct):
     code: int = 0
+    err_code: int = 0
     description: str = ""
 
 
@@ -58,8 +59,17 @@ class _GetReply(msgspec.Struct):
     error: _ApiError | None = None
 
 
+class _PubAck(msgspec.Struct):
+    seq: int = 0
+    error: _ApiError | None = None
+
+
 _get_request = msgspec.json.Encoder()
 _get_reply = msgspec.json.Decoder(_GetReply)
+_pub_ack = msgspec.json.Decoder(_PubAck)
+# JetStream's "wrong last sequence" error codes: a CAS write lost.
+_WRONG_LAST = (10071, 10164)
+_EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
 # A delete or purge marker is the key's last message once it is gone.
 _DELETED = re.compile(rb"KV-Operation:\s*(DEL|PURGE)")
 
@@ -122,6 +132,8 @@ def encode_key(path: str) -> str:
 
 
 def decode_key(key: str) -> str:
+    if "=" not in key:  # nothing escaped (most keys): skip the per-character walk
+        return key.replace(".", "/")
     segs = []
     for seg in key.split("."):
         if seg == "=":
@@ -259,20 +271,44 @@ class JetStreamStorage:
             return None
         return Entry(key, msg.data, int(headers["Nats-Sequence"]))
 
+    async def _publish(self, key: str, value: bytes, last: int | None = None) -> int:
+        """One write, answered once JetStream has stored it (fsynced, with sync_interval:
+        always); with `last`, only if the key's last revision is that (0: absent). What
+        nats-py's KeyValue.put sends, without its generic request path, JSON and dataclass on
+        every acknowledgement."""
+        try:
+            msg = await nats_request.request(
+                self.js._nc,
+                f"$KV.{self.bucket}.{encode_key(key)}",
+                value,
+                timeout=self.timeout,
+                headers=None if last is None else {_EXPECTED_LAST: str(last)},
+            )
+        except nats.errors.NoRespondersError:
+            raise nats.js.errors.NoStreamResponseError() from None
+        ack = _pub_ack.decode(msg.data)
+        if ack.error is not None:
+            if ack.error.err_code in _WRONG_LAST:
+                raise CasConflict(key)
+            nats.js.errors.APIError.from_error(msgspec.structs.asdict(ack.error))  # raises
+        return ack.seq
+
     async def put(self, key: str, value: bytes) -> int:
-        return await self.kv.put(encode_key(key), value, validate_keys=False)
+        return await self._publish(key, value)
 
     async def create(self, key: str, value: bytes) -> int:
+        try:
+            return await self._publish(key, value, 0)
+        except CasConflict:
+            pass
+        # The key exists, or its last message is a delete marker, which nats-py writes over.
         try:
             return await self.kv.create(encode_key(key), value, validate_keys=False)
         except nats.js.errors.KeyWrongLastSequenceError as exc:
             raise CasConflict(key) from exc
 
     async def update(self, key: str, value: bytes, revision: int) -> int:
-        try:
-            return await self.kv.update(encode_key(key), value, last=revision, validate_keys=False)
-        except nats.js.errors.KeyWrongLastSequenceError as exc:
-            raise CasConflict(key) from exc
+        return await self._publish(key, value, revision)
 
     async def delete(self, key: str, revision: int | None = None) -> None:
         try:

@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -99,6 +99,46 @@ def pytest_make_collect_report(collector: pytest.Collector):  # type: ignore[no-
     report = outcome.get_result()
     if report.skipped and os.environ.get("TRELLIS_REQUIRE_ALL") == "1":
         report.outcome = "failed"
+
+
+# ./test.sh runs the suite in two pytest-xdist workers (`-n 2 --dist loadgroup`), where a test
+# file stays on one worker so its module fixtures start once; then, alone, the files that load
+# the machine most or measure time (chaos drills, fuzzing, kill -9 and flood tests): marked
+# `one_chain`, they never share the two cores with another test.
+ONE_CHAIN = (
+    "tests/chaos/",
+    "tests/fuzz/",
+    "tests/e2e/test_sched_blocking.py",
+    "tests/e2e/test_supervision.py",
+    "tests/e2e/test_gateway_processes.py",
+    "tests/security/test_bus_sniff.py",
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    xdist = config.pluginmanager.hasplugin("xdist")
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if path.startswith(ONE_CHAIN):
+            item.add_marker(pytest.mark.one_chain)
+        if xdist:
+            item.add_marker(pytest.mark.xdist_group(path))
+
+
+# What the xdist workers' conftests handed over in `workeroutput["summaries"]` (the
+# conformance figure), printed at the end by the controller, which runs no test itself.
+WORKER_SUMMARIES: list[str] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    WORKER_SUMMARIES.extend(getattr(node, "workeroutput", {}).get("summaries", []))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for text in WORKER_SUMMARIES:
+        terminalreporter.write_line(text)
 
 
 @pytest.fixture(scope="session")

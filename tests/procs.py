@@ -45,6 +45,13 @@ class DevProcess:
         """The data dir the banner printed ("Trellis is running ..., data in DIR, ...")."""
         return banner_value(self.output, r"Trellis is running.*data in (\S+),", "data dir")
 
+    @property
+    def gateway_metrics(self) -> list[str]:
+        """Each gateway process's own /metrics URL (the banner's "Gateways:" line): with
+        several, a listener's /metrics counts only the process that took the connection."""
+        line = banner_value(self.output, r"(Gateways:.*)", "gateways line")
+        return re.findall(r"http://\S+/metrics", line)
+
 
 def banner_value(output: list[str], pattern: str, what: str) -> str:
     """The first group of the first banner line `pattern` matches (from its start)."""

@@ -40,6 +40,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 from cryptography.x509.oid import ExtensionOID, NameOID
 
+from services.crypto import x509_leaf
 from services.crypto.ops import CryptoFailure, operation
 from services.crypto.ops_keys import (
     PrivateKey,
@@ -53,6 +54,7 @@ from services.crypto.ops_keys import (
     private_pem,
     public_pem,
 )
+from shared.name_constraints import NAME_CONSTRAINT_FIELDS
 
 # Go's names (crypto/x509 KeyUsage* and ExtKeyUsage* without the prefix), as Vault accepts them.
 KEY_USAGES = (
@@ -525,6 +527,65 @@ _CSR_SKIP = {
 }
 
 
+def _extension(value: x509.ExtensionType, critical: bool) -> x509.Extension[x509.ExtensionType]:
+    return x509.Extension(value.oid, critical, value)
+
+
+def _head_extensions(
+    spec: CertSpec, csr_exts: dict[x509.ObjectIdentifier, x509.Extension[x509.ExtensionType]]
+) -> list[x509.Extension[x509.ExtensionType]]:
+    """The extensions before the SAN: basic constraints, key usage, extended key usage (the
+    CSR's usages, taken out of `csr_exts`, where it has them)."""
+    exts: list[x509.Extension[x509.ExtensionType]] = []
+    if spec.is_ca:
+        path_len = None if spec.max_path_length < 0 else spec.max_path_length
+        exts.append(_extension(x509.BasicConstraints(ca=True, path_length=path_len), True))
+    elif spec.basic_constraints_valid_for_non_ca:
+        exts.append(_extension(x509.BasicConstraints(ca=False, path_length=None), True))
+
+    ku_names = list(spec.key_usage)
+    if spec.is_ca:
+        ku_names += ["CertSign", "CRLSign"]
+    if ExtensionOID.KEY_USAGE in csr_exts:
+        csr_ku = key_usage_names(csr_exts.pop(ExtensionOID.KEY_USAGE).value)  # type: ignore[arg-type]
+        ku_names = (ku_names + csr_ku) if spec.is_ca else csr_ku
+    ku = _key_usage(tuple(ku_names))
+    if ku is not None:
+        exts.append(_extension(ku, True))
+    if ExtensionOID.EXTENDED_KEY_USAGE in csr_exts:
+        exts.append(csr_exts.pop(ExtensionOID.EXTENDED_KEY_USAGE))
+    else:
+        eku = _eku(tuple(spec.ext_key_usage), tuple(spec.ext_key_usage_oids))
+        if eku:
+            exts.append(_extension(x509.ExtendedKeyUsage(eku), False))
+    return exts
+
+
+def _tail_extensions(spec: CertSpec) -> list[x509.Extension[x509.ExtensionType]]:
+    """The extensions after the AKI: AIA, CRL distribution points, name constraints, policies."""
+    exts = [
+        _extension(value, critical)
+        for value, critical in _urls(
+            tuple(spec.issuing_certificates),
+            tuple(spec.crl_distribution_points),
+            tuple(spec.ocsp_servers),
+        )
+    ]
+    nc = _name_constraints(spec)
+    if nc is not None:
+        if not spec.is_ca:
+            raise CryptoFailure("name constraints are only valid on CA certificates")
+        exts.append(_extension(nc, True))
+    if spec.policy_identifiers:
+        policies = []
+        for p in spec.policy_identifiers:
+            if not _OID.match(p.strip()):
+                raise CryptoFailure(f"invalid policy identifier {p!r}: expected an OID")
+            policies.append(x509.PolicyInformation(x509.ObjectIdentifier(p.strip()), None))
+        exts.append(_extension(x509.CertificatePolicies(policies), False))
+    return exts
+
+
 def build_certificate(
     spec: CertSpec,
     subject_pub: PublicKey,
@@ -555,61 +616,16 @@ def build_certificate(
 
     # Collected in a list and handed to the builder once: add_extension copies the builder and
     # rescans the list each time, a sizeable share of a leaf's CPU.
-    exts: list[x509.Extension[x509.ExtensionType]] = []
-
-    def add(value: x509.ExtensionType, critical: bool) -> None:
-        exts.append(x509.Extension(value.oid, critical, value))
-
-    if spec.is_ca:
-        path_len = None if spec.max_path_length < 0 else spec.max_path_length
-        add(x509.BasicConstraints(ca=True, path_length=path_len), True)
-    elif spec.basic_constraints_valid_for_non_ca:
-        add(x509.BasicConstraints(ca=False, path_length=None), True)
-
-    ku_names = list(spec.key_usage)
-    if spec.is_ca:
-        ku_names += ["CertSign", "CRLSign"]
-    if ExtensionOID.KEY_USAGE in csr_exts:
-        csr_ku = key_usage_names(csr_exts.pop(ExtensionOID.KEY_USAGE).value)  # type: ignore[arg-type]
-        ku_names = (ku_names + csr_ku) if spec.is_ca else csr_ku
-    ku = _key_usage(tuple(ku_names))
-    if ku is not None:
-        add(ku, True)
-    if ExtensionOID.EXTENDED_KEY_USAGE in csr_exts:
-        exts.append(csr_exts.pop(ExtensionOID.EXTENDED_KEY_USAGE))
-    else:
-        eku = _eku(tuple(spec.ext_key_usage), tuple(spec.ext_key_usage_oids))
-        if eku:
-            add(x509.ExtendedKeyUsage(eku), False)
-
+    exts = _head_extensions(spec, csr_exts)
     if ExtensionOID.SUBJECT_ALTERNATIVE_NAME in csr_exts:
         exts.append(csr_exts.pop(ExtensionOID.SUBJECT_ALTERNATIVE_NAME))
     else:
         names = _general_names(spec.sans)
         if names:
             # RFC 5280: the SAN extension is critical when the subject is empty.
-            add(x509.SubjectAlternativeName(names), len(subject) == 0)
-
-    add(_ski(subject_pub, spec.skid), False)
-    add(aki, False)
-    for ext_value, critical in _urls(
-        tuple(spec.issuing_certificates),
-        tuple(spec.crl_distribution_points),
-        tuple(spec.ocsp_servers),
-    ):
-        add(ext_value, critical)
-    nc = _name_constraints(spec)
-    if nc is not None:
-        if not spec.is_ca:
-            raise CryptoFailure("name constraints are only valid on CA certificates")
-        add(nc, True)
-    if spec.policy_identifiers:
-        policies = []
-        for p in spec.policy_identifiers:
-            if not _OID.match(p.strip()):
-                raise CryptoFailure(f"invalid policy identifier {p!r}: expected an OID")
-            policies.append(x509.PolicyInformation(x509.ObjectIdentifier(p.strip()), None))
-        add(x509.CertificatePolicies(policies), False)
+            exts.append(_extension(x509.SubjectAlternativeName(names), len(subject) == 0))
+    exts += [_extension(_ski(subject_pub, spec.skid), False), _extension(aki, False)]
+    exts += _tail_extensions(spec)
     for oid, ext in csr_exts.items():
         if oid == ExtensionOID.NAME_CONSTRAINTS and not spec.is_ca:
             continue
@@ -628,6 +644,86 @@ def build_certificate(
     )
     alg = _hash_for(sign_key, spec.signature_bits)
     return b.sign(sign_key, alg, rsa_padding=_padding(sign_key, spec.use_pss, alg))  # type: ignore[arg-type]
+
+
+# (signer, the spec's role-wide fields) -> the template its leaves share, None where the builder
+# makes them. Bounded: cleared when full (a role or issuer change makes a new key).
+_TEMPLATES: dict[tuple[Any, ...], x509_leaf.LeafTemplate | None] = {}
+TEMPLATES_MAX = 256
+
+
+def _template(spec: CertSpec, signer: Signer) -> x509_leaf.LeafTemplate | None:
+    key = (
+        signer.certificate,
+        signer.private_key,
+        spec.basic_constraints_valid_for_non_ca,
+        tuple(spec.key_usage),
+        tuple(spec.ext_key_usage),
+        tuple(spec.ext_key_usage_oids),
+        tuple(spec.policy_identifiers),
+        tuple(spec.issuing_certificates),
+        tuple(spec.crl_distribution_points),
+        tuple(spec.ocsp_servers),
+        spec.signature_bits,
+    )
+    if key in _TEMPLATES:
+        return _TEMPLATES[key]
+    try:
+        issuer_cert, sign_key, aki = _signer(signer.certificate, signer.private_key)
+        alg = _hash_for(sign_key, spec.signature_bits)
+        head, tail = _head_extensions(spec, {}), _tail_extensions(spec)
+    except (CryptoFailure, ValueError, TypeError):
+        return None  # the builder reports it, in its own order
+    algorithm = x509_leaf.algorithm_id(sign_key, alg)
+    template = None
+    if algorithm is not None:
+        template = x509_leaf.LeafTemplate(
+            sign_key=sign_key,
+            alg=alg,
+            algorithm=algorithm,
+            issuer=issuer_cert.subject,
+            head=head,
+            tail=[_extension(aki, False), *tail],
+        )
+    if len(_TEMPLATES) >= TEMPLATES_MAX:
+        _TEMPLATES.clear()
+    _TEMPLATES[key] = template
+    return template
+
+
+# The validity the builder accepts: from 1950 (its own limit) to the end of 9999 (datetime's).
+_EARLIEST, _LATEST = -631_152_000, 253_402_300_799
+_CONSTRAINTS = NAME_CONSTRAINT_FIELDS
+
+
+def leaf_der(
+    spec: CertSpec, subject_pub: PublicKey, signer: Signer | None
+) -> tuple[bytes, int] | None:
+    """A leaf signed by `signer` from its template, (DER, serial): what build_certificate would
+    make (with no CSR), or None where that must make it (CA, RSA-PSS, a given SKI, name
+    constraints, anything refused)."""
+    if signer is None or spec.is_ca or spec.use_pss or spec.skid:
+        return None
+    if any(getattr(spec, name) for name in _CONSTRAINTS):
+        return None
+    if not _EARLIEST <= spec.not_before < spec.not_after <= _LATEST:
+        return None
+    try:
+        template = _template(spec, signer)
+        if template is None:
+            return None
+        serial = parse_serial(spec.serial) if spec.serial else x509.random_serial_number()
+        der = template.certificate(
+            serial=serial,
+            not_before=spec.not_before,
+            not_after=spec.not_after,
+            subject=_subject(spec.subject),
+            sans=_general_names(spec.sans),
+            subject_pub=subject_pub,
+        )
+    except (CryptoFailure, ValueError, TypeError):
+        return None
+    return der, serial
 
 
 def cert_info(cert: x509.Certificate) -> dict[str, Any]:
@@ -754,10 +850,21 @@ _PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----\s*(.*?)\s*-----END \1----
 @guarded
 def x509_issue(a: IssueArgs) -> dict[str, Any]:
     key = generate_private_key(a.key_type, a.key_bits)
-    cert = build_certificate(a.cert, key.public_key(), a.signer, key, None)  # type: ignore[arg-type]
+    pub = key.public_key()
+    leaf = leaf_der(a.cert, pub, a.signer)  # type: ignore[arg-type]
+    if leaf is not None:
+        der, serial = leaf
+        out: dict[str, Any] = {
+            "certificate": x509_leaf.pem(der),
+            "serial_number": colon_hex(serial),
+            "not_before": a.cert.not_before,
+            "not_after": a.cert.not_after,
+        }
+    else:
+        cert = build_certificate(a.cert, pub, a.signer, key, None)  # type: ignore[arg-type]
+        # Leaves are the hot path: skip the full info block unless this is a CA.
+        out = _cert_result(cert, info=a.cert.is_ca)
     key_type, key_bits = describe(key)
-    # Leaves are the hot path: skip the full info block unless this is a CA.
-    out = _cert_result(cert, info=a.cert.is_ca)
     out.update(
         private_key=private_pem(key, "traditional"),
         private_key_pkcs8=private_pem(key, "pkcs8"),

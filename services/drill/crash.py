@@ -36,10 +36,9 @@ class DevSession:
     token: str
     output: Path
 
-    def child(self, role: str) -> int:
-        """The one live child running `role` (0 while there is none, e.g. during a restart)."""
-        pids = [p for p in direct_children(self.proc.pid) if child_role(p) == role]
-        return pids[0] if len(pids) == 1 else 0
+    def children(self, role: str) -> list[int]:
+        """The live children running `role` (several gateways on a machine with 2+ CPUs)."""
+        return sorted(p for p in direct_children(self.proc.pid) if child_role(p) == role)
 
     def stop(self) -> int:
         return stop_process(self.proc, signal.SIGTERM, 60)
@@ -80,15 +79,17 @@ def _health_addr(pid: int) -> str:
     return ""
 
 
-def recovered(dev: DevSession, victim: str, old_pid: int) -> bool:
-    """The victim runs again (a new process, ready on its own health port) and every listener
-    is ready with the service behind it, the secrets service unsealed."""
-    pid = dev.child(victim)
-    if not pid or pid == old_pid:
+def recovered(dev: DevSession, victim: str, old_pid: int, count: int) -> bool:
+    """The victim runs again (`count` processes of its role, a new one in its place, each ready
+    on its own health port) and every listener is ready with the service behind it, the
+    secrets service unsealed."""
+    pids = dev.children(victim)
+    if len(pids) != count or old_pid in pids:
         return False
-    addr = _health_addr(pid)
-    if addr and http("GET", f"http://{addr}/readyz", timeout=2)[0] != 200:
-        return False
+    for pid in pids:
+        addr = _health_addr(pid)
+        if addr and http("GET", f"http://{addr}/readyz", timeout=2)[0] != 200:
+            return False
     gw = dev.gateway
     for base in (gw.secrets, gw.workspace, gw.scheduler):
         if http("GET", f"{base}/readyz", timeout=3)[0] != 200:
@@ -107,11 +108,11 @@ def recovered(dev: DevSession, victim: str, old_pid: int) -> bool:
     return True
 
 
-def _wait_recovered(dev: DevSession, victim: str, old_pid: int) -> bool:
+def _wait_recovered(dev: DevSession, victim: str, old_pid: int, count: int) -> bool:
     deadline = time.monotonic() + RECOVERY_LIMIT
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError, ValueError):
-            if recovered(dev, victim, old_pid):
+            if recovered(dev, victim, old_pid, count):
                 return True
         time.sleep(0.1)
     return False
@@ -149,14 +150,15 @@ async def _run(dev: DevSession, opts: DrillOptions, progress: Progress, wd: Path
     async def faults() -> None:
         await asyncio.sleep(warmup)
         for victim in VICTIMS:
-            pid = dev.child(victim)
-            if not pid:
+            pids = dev.children(victim)
+            if not pids:
                 recovery[victim] = None
                 continue
+            pid = pids[0]
             at = clock.now()
             os.kill(pid, signal.SIGKILL)
             progress.update(f"kill -9 {victim} (pid {pid})", force=True)
-            back = await asyncio.to_thread(_wait_recovered, dev, victim, pid)
+            back = await asyncio.to_thread(_wait_recovered, dev, victim, pid, len(pids))
             until = clock.now()
             events.append(FaultEvent(at, "kill", victim, until=until))
             recovery[victim] = round(until - at, 2) if back else None

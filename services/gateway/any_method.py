@@ -5,25 +5,33 @@ request lines the HTTP parser refuses. Never a 500, always the API's own error s
   pure-Python parser at the first message llhttp refuses (services/gateway/http_parser.py): the
   Python parser accepts any RFC 9110 method token (Vault's `LIST`, which hvac sends, and methods
   nobody knows), which llhttp answers with its own 400 before any handler runs.
-- A middleware answers what no service should see: `OPTIONS *` is 200 (as Go's net/http, and so
-  OpenBao and Nomad, answers it); `CONNECT` and `TRACE` (which would echo credentials back) and
-  methods the API does not use are 405 with `Allow`. The secrets listener words them as OpenBao
-  does (404 for a target that is not a path, 405 otherwise).
+- The listener's handler (services/gateway/app.py) has `OddRequests` answer what no service
+  should see: `OPTIONS *` is 200 (as Go's net/http, and so OpenBao and Nomad, answers it);
+  `CONNECT` and `TRACE` (which would echo credentials back) and methods the API does not use
+  are 405 with `Allow`. The secrets listener words them as OpenBao does (404 for a target that
+  is not a path, 405 otherwise).
 - A request handler words the parser's own refusals (a bad request line, a bad header) in the
   API's error shape, without quoting the request back.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web, web_protocol
+from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.http_parser import RawRequestMessage
+from aiohttp.streams import StreamReader
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_server import Server
 
 from services.gateway.apis import ApiSpec, ErrorFormatter
 from services.gateway.http_parser import SwitchingParser
+
+if TYPE_CHECKING:
+    from services.gateway.app import Listener
 
 # The methods each API routes; anything else never leaves the gateway.
 _ORDINARY = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
@@ -43,27 +51,28 @@ def _respond(
     )
 
 
-def odd_requests(api: ApiSpec) -> Any:
-    """The middleware for `api`'s listener."""
-    allowed = frozenset(allowed_methods(api))
-    allow = ", ".join(allowed_methods(api))
-    secrets = api.name == "secrets"
+class OddRequests:
+    """Answers, for `api`'s listener, the requests whose method is not in `allowed` or whose
+    target is `*`."""
 
-    @web.middleware
-    async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    def __init__(self, api: ApiSpec) -> None:
+        self.allowed = frozenset(allowed_methods(api))
+        self._allow = ", ".join(allowed_methods(api))
+        self._secrets = api.name == "secrets"
+        self._format_error = api.format_error
+
+    def __call__(self, request: BaseRequest) -> web.Response:
         method = request.method
-        target = request.raw_path
-        if method in allowed and target != "*":
-            return await handler(request)  # the ordinary case: one set lookup, one comparison
+        allow = self._allow
         if method == "OPTIONS":
             return web.Response(status=200, headers={"Allow": allow})
         shown = method[:32]
-        if secrets and not target.startswith("/"):
+        if self._secrets and not request.raw_path.startswith("/"):
             # `CONNECT host:port`: OpenBao answers 404, there being no such path.
-            resp = _respond(api.format_error, 404, f"{shown}: the request target must be a path")
+            resp = _respond(self._format_error, 404, f"{shown}: the request target must be a path")
         else:
             resp = _respond(
-                api.format_error,
+                self._format_error,
                 405,
                 f"method {shown} is not allowed; this API accepts {allow}",
                 {"Allow": allow},
@@ -75,8 +84,6 @@ def odd_requests(api: ApiSpec) -> Any:
             if isinstance(request.protocol, _Handler):
                 request.protocol.skip_lingering()
         return resp
-
-    return middleware
 
 
 _REASONS = {
@@ -119,7 +126,9 @@ class _Handler(web_protocol.RequestHandler):
 
 
 class _Server(Server):
-    format_error: ErrorFormatter
+    def __init__(self, handler: Any, format_error: ErrorFormatter, **kwargs: Any) -> None:
+        super().__init__(handler, **kwargs)
+        self.format_error = format_error
 
     def __call__(self) -> web_protocol.RequestHandler:
         original = web_protocol.HttpRequestParser
@@ -132,19 +141,35 @@ class _Server(Server):
         return handler
 
 
-class _AppRunner(web.AppRunner):
-    def __init__(self, app: web.Application, api: ApiSpec, **kwargs: Any) -> None:
-        super().__init__(app, **kwargs)
-        self._api = api
+def runner_for(
+    listener: Listener,
+    api: ApiSpec,
+    *,
+    shutdown_timeout: float = 60.0,
+    handler_cancellation: bool = False,
+    **kwargs: Any,
+) -> web.ServerRunner:
+    """The runner for `api`'s listener: aiohttp's low-level server (no application, router or
+    middlewares) with the listener's one handler, any method token, odd request lines answered.
+    `kwargs` go to each connection's protocol (e.g. access_log)."""
+    loop = asyncio.get_running_loop()
+    limit = listener.max_body
 
-    async def _make_server(self) -> Server:
-        server = await super()._make_server()
-        server.__class__ = _Server
-        server.format_error = self._api.format_error  # type: ignore[attr-defined]
-        return server
+    def make_request(
+        message: RawRequestMessage,
+        payload: StreamReader,
+        protocol: web_protocol.RequestHandler,
+        writer: AbstractStreamWriter,
+        task: asyncio.Task[None],
+    ) -> BaseRequest:
+        return BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=limit)
 
-
-def runner_for(app: web.Application, api: ApiSpec, **kwargs: Any) -> web.AppRunner:
-    """The runner for `api`'s listener: any method token, odd request lines answered."""
-    app.middlewares.append(odd_requests(api))
-    return _AppRunner(app, api, **kwargs)
+    server = _Server(
+        listener.handle,
+        api.format_error,
+        request_factory=make_request,
+        handler_cancellation=handler_cancellation,
+        loop=loop,
+        **kwargs,
+    )
+    return web.ServerRunner(server, shutdown_timeout=shutdown_timeout)

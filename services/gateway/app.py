@@ -1,5 +1,10 @@
-"""One aiohttp application per API: request ids, size limits, forwarding over the bus, metrics,
-health and readiness."""
+"""One request handler per API listener: request ids, size limits, forwarding over the bus,
+metrics, health and readiness, the console.
+
+The listener is aiohttp's low-level server with this one handler, not an Application: the router
+and the middleware chain were a fifth of the listener's own CPU for a forwarded request
+(bench/gateway_http.py), and every request but a handful of fixed paths goes to the same place.
+`_route` routes as aiohttp's router did."""
 
 from __future__ import annotations
 
@@ -8,15 +13,20 @@ import itertools
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import structlog
-from aiohttp import web
+from aiohttp import hdrs, web
+from aiohttp.web_request import BaseRequest
+from aiohttp.web_urldispatcher import _default_expect_handler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.gateway import metrics, streams, ui
+from services.gateway.any_method import OddRequests
 from services.gateway.apis import ApiSpec
 from services.gateway.deadline import request_deadline
-from services.gateway.local_status import PATHS, LocalStatus
+from services.gateway.local_status import LocalStatus
 from services.gateway.readiness import ServiceProbe
 from services.gateway.secure import Channel, service_channel
 from services.gateway.tls import peer_certificates
@@ -36,9 +46,20 @@ _JSON = {"Content-Type": "application/json"}
 # How long to keep re-sending a request nobody received (a replica restarting, a rollout).
 NO_RESPONDER_GRACE = 5.0
 
-BUS = web.AppKey("bus", Bus)
 REQUEST_ID = web.RequestKey("request_id", str) if hasattr(web, "RequestKey") else "request_id"
-READY = web.AppKey("ready", dict)
+# Routed only for GET and HEAD (as aiohttp's add_get did); other methods there go to the API.
+_GET = frozenset({"GET", "HEAD"})
+
+Handler = Callable[[BaseRequest], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class Listener:
+    """What services/gateway/any_method.py's runner serves: the handler and the body limit."""
+
+    handle: Handler
+    max_body: int
+
 
 # Request ids: unique and cheap (uuid4 was 1-2% of a request's CPU), 32 hex digits as before: a
 # random prefix per process and a counter.
@@ -107,7 +128,7 @@ def create_app(
     ready: dict[str, bool],
     ui_proxies: dict[str, ui.Handler] | None = None,
     local: LocalStatus | None = None,
-) -> web.Application:
+) -> Listener:
     """`local`: answers sys/health, sys/seal-status and sys/leader from published state."""
     subject = api.subject.on(settings.cluster_name)
     echo_subject = ECHO.on(settings.cluster_name)
@@ -117,23 +138,33 @@ def create_app(
     stats = metrics.stats_for(api.name)
     # Only a listener that asks for client certificates has any to forward.
     client_certs = bool(getattr(settings, f"{api.name}_tls").client_ca_file)
+    required_header = api.request_header if settings.require_request_header else ()
+    odd = OddRequests(api)
+    api_name = api.name
 
     # Whether the success lines (debug) are wanted is settled once, logging being configured
     # before the app is made: building each line only for the filter to drop it cost a read.
     debug = log.bind().is_enabled_for(logging.DEBUG)
 
-    @web.middleware
-    async def request_context(request: web.Request, handler):  # type: ignore[no-untyped-def]
+    async def handle(request: BaseRequest) -> web.StreamResponse:
+        if request.headers.get(hdrs.EXPECT):
+            # Before the request id and the metrics, as aiohttp's application answered it.
+            await _default_expect_handler(request)  # type: ignore[arg-type]
+            await request.writer.drain()
         rid = request.headers.get("X-Request-Id") or new_request_id()
         request[REQUEST_ID] = rid
         # Overwrites the previous request's keys on this connection; nothing else in the
         # gateway binds any, so there is nothing to clear (which cost more than the binding).
-        structlog.contextvars.bind_contextvars(request_id=rid, api=api.name)
+        structlog.contextvars.bind_contextvars(request_id=rid, api=api_name)
         start = time.perf_counter()
         status = 500
         stats.in_flight += 1
         try:
-            resp = await handler(request)
+            method = request.method
+            if method in odd.allowed and request.raw_path != "*":
+                resp = await _route(method, request.rel_url.path_safe)(request)
+            else:
+                resp = odd(request)
             status = resp.status
             resp.headers["X-Request-Id"] = rid
             return resp
@@ -144,6 +175,11 @@ def create_app(
             # A chunked body that breaks off mid-way: the client's mistake, not a 500.
             status = 400
             return _error(api, 400, "malformed HTTP request: invalid request body", rid)
+        except web.HTTPException as exc:
+            # An answer raised on purpose (the console's redirect), not a failure.
+            status = exc.status
+            exc.headers["X-Request-Id"] = rid
+            raise
         except Exception:
             log.exception("gateway failure")
             return _error(api, 500, "internal error in the gateway", rid)
@@ -162,7 +198,7 @@ def create_app(
                     ms=round(elapsed * 1000, 2),
                 )
 
-    async def healthz(_: web.Request) -> web.Response:
+    async def healthz(_: BaseRequest) -> web.Response:
         return web.json_response({"status": "ok"})
 
     async def probe_send(env: HttpRequest, timeout: float) -> HttpResponse:
@@ -175,7 +211,7 @@ def create_app(
 
     probe = ServiceProbe(api.name, probe_send)
 
-    async def readyz(_: web.Request) -> web.Response:
+    async def readyz(_: BaseRequest) -> web.Response:
         """Ready when this gateway serves and the service behind this listener answers."""
         serving = ready.get("ready", False) and bus.nc.is_connected
         service = await probe.check() if serving else {"name": api.name, "ready": False}
@@ -183,10 +219,10 @@ def create_app(
         body = {"ready": ok, "gateway": serving, "service": service}
         return web.json_response(body, status=200 if ok else 503)
 
-    async def prometheus(_: web.Request) -> web.Response:
+    async def prometheus(_: BaseRequest) -> web.Response:
         return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    async def echo(request: web.Request) -> web.Response:
+    async def echo(request: BaseRequest) -> web.Response:
         body = await request.read()
         env = HttpRequest(
             method=request.method, path=request.path, body=body, request_id=request[REQUEST_ID]
@@ -197,15 +233,11 @@ def create_app(
             return _error(api, exc.code, exc.message, request[REQUEST_ID])
         return web.Response(status=reply.status, body=reply.body, content_type="application/json")
 
-    async def proxy(request: web.Request) -> web.Response:
+    async def proxy(request: BaseRequest) -> web.Response:
         rid: str = request[REQUEST_ID]
         if request.content_length is not None and request.content_length > limit:
             return _error(api, 413, f"request body exceeds the limit of {limit} bytes", rid)
-        if (
-            settings.require_request_header
-            and api.request_header
-            and not any(h in request.headers for h in api.request_header)
-        ):
+        if required_header and not any(h in request.headers for h in required_header):
             return _error(api, 412, "missing required request header X-Svc-Request", rid)
         # No body to read (most reads): skip the read loop.
         body = await request.read() if request.body_exists else b""
@@ -272,22 +304,29 @@ def create_app(
         out = {k: v for k, v in reply.headers.items() if k.lower() not in _DROP_OUT}
         return web.Response(status=reply.status, body=reply.body, headers=out)
 
-    app = web.Application(client_max_size=limit, middlewares=[request_context])
-    app[BUS] = bus
-    app[READY] = ready
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", prometheus)
-    app.router.add_route("*", "/_echo", echo)
     # The web console; `ui_proxies` (shared by the gateway's listeners) lets it reach all three.
     ui_proxies = {} if ui_proxies is None else ui_proxies
     ui_proxies[api.name] = proxy
-    ui.mount(app, api, ui_proxies)
-    if local is not None:
-        # Polled hard: exact routes resolve without the catch-all's pattern match.
-        for path in PATHS:
-            app.router.add_route("*", path, proxy)
-    # `[\s\S]*`, not `.*`: a path with an encoded newline (%0A) must still reach the proxy,
-    # or aiohttp's own 404 escapes the middleware as a 500.
-    app.router.add_route("*", r"/{tail:[\s\S]*}", proxy)
-    return app
+    console = ui.console(api, ui_proxies)
+    # Exact paths of the gateway's own; the methods they answer (None: any).
+    own: dict[str, tuple[Handler, frozenset[str] | None]] = {
+        "/healthz": (healthz, _GET),
+        "/readyz": (readyz, _GET),
+        "/metrics": (prometheus, _GET),
+        "/_echo": (echo, None),
+    }
+
+    def _route(method: str, path: str) -> Handler:
+        """The handler for `path` (decoded but for `%2F` and `%25`, as aiohttp's router matched
+        it): the gateway's own paths, the console under /ui, and every other path the API's."""
+        found = own.get(path)
+        if found is not None:
+            if found[1] is None or method in found[1]:
+                return found[0]
+        elif path.startswith(ui.PREFIX):
+            page = console(method, path)
+            if page is not None:
+                return page
+        return proxy
+
+    return Listener(handle, limit)

@@ -14,6 +14,7 @@ from services.gateway.apis import SCHEDULER, SECRETS, WORKSPACE
 from services.gateway.app import create_app
 from services.gateway.local_status import LocalStatus
 from services.gateway.tls import server_context
+from services.port_guard import split_addr
 from shared.bus import Bus
 from shared.cluster_identity import IdentityError, load_identity
 from shared.settings import Settings
@@ -36,11 +37,6 @@ def raise_open_files() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def split_addr(addr: str) -> tuple[str, int]:
-    host, _, port = addr.rpartition(":")
-    return host or "0.0.0.0", int(port)
-
-
 class Gateway:
     """Owns the aiohttp runners; `ready` flips off before shutdown so probes drain traffic."""
 
@@ -50,7 +46,7 @@ class Gateway:
         self.bus = bus
         self.settings = settings
         self.state = {"ready": False}
-        self.runners: list[web.AppRunner] = []
+        self.runners: list[web.BaseRunner] = []
         self.addresses: dict[str, str] = {}
         # Each listener's forwarding handler, so the console on any listener reaches all three.
         self.ui_proxies: dict[str, ui.Handler] = {}
@@ -69,6 +65,10 @@ class Gateway:
         else:
             self.local_status = LocalStatus(public, self.settings.cluster_name)
             await self.local_status.subscribe(self.bus)
+        # Several gateway processes (`trellis dev --gateways`, `gateway_processes`) share each
+        # port and the kernel spreads connections among them; one alone binds as it always did,
+        # so a second one on its port fails with "address in use" (services/port_guard.py).
+        share = self.settings.gateway_processes > 1
         for api, addr in (
             (SECRETS, self.settings.secrets_addr),
             (WORKSPACE, self.settings.workspace_addr),
@@ -89,7 +89,13 @@ class Gateway:
             host, port = split_addr(addr)
             ssl_ctx = server_context(getattr(self.settings, f"{api.name}_tls"), api.name)
             site = web.TCPSite(
-                runner, host, port, reuse_address=True, backlog=BACKLOG, ssl_context=ssl_ctx
+                runner,
+                host,
+                port,
+                reuse_address=True,
+                reuse_port=share,
+                backlog=BACKLOG,
+                ssl_context=ssl_ctx,
             )
             await site.start()
             self.runners.append(runner)

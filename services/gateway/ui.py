@@ -9,11 +9,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.web_request import BaseRequest
 from yarl import URL
 
 from services.gateway.apis import SCHEDULER, SECRETS, WORKSPACE, ApiSpec
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Handler = Callable[[BaseRequest], Awaitable[web.StreamResponse]]
 
 STATIC_DIR = Path(__file__).parent / "ui_static"
 PREFIX = "/ui"
@@ -21,6 +22,8 @@ API_PREFIX = "/ui/api/"
 APIS: dict[str, ApiSpec] = {a.name: a for a in (SECRETS, WORKSPACE, SCHEDULER)}
 # What the console sends; the secrets API's `LIST` verb is spelled `?list=true` by the page.
 PROXY_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"})
+# The pages and the redirect answer these; other methods there are the API's.
+_GET = frozenset({"GET", "HEAD"})
 
 # The page loads its own script and stylesheet and talks to its own origin, nothing else.
 CSP = (
@@ -64,10 +67,12 @@ def upstream_target(raw_path: str, query_string: str) -> tuple[str, URL] | None:
     return name, URL.build(path="/" + rest, query_string=query_string, encoded=True)
 
 
-def mount(app: web.Application, api: ApiSpec, proxies: dict[str, Handler]) -> None:
-    """Add the console's routes to `app` (before its catch-all). `proxies` maps each API's name
-    to the gateway's forwarding handler for it; it is read per request, so the gateway may fill
-    it as its listeners come up."""
+def console(api: ApiSpec, proxies: dict[str, Handler]) -> Callable[[str, str], Handler | None]:
+    """The console's routes on `api`'s listener, as a function of (method, path) to the handler
+    for it, or None where the listener's API answers instead. `path` is decoded but for `%2F`
+    and `%25` (aiohttp's `path_safe`). `proxies` maps each API's name to the gateway's
+    forwarding handler for it; it is read per request, so the gateway may fill it as its
+    listeners come up."""
     assets = load_assets()
     index = assets.get("index.html")
 
@@ -75,8 +80,8 @@ def mount(app: web.Application, api: ApiSpec, proxies: dict[str, Handler]) -> No
         resp.headers.update(SECURITY_HEADERS)
         return resp
 
-    async def page(request: web.Request) -> web.Response:
-        tail = request.match_info.get("tail", "")
+    async def page(request: BaseRequest) -> web.Response:
+        tail = request.path[len(PREFIX) + 1 :]
         if tail in assets and tail != "index.html":
             body, ctype = assets[tail]
             resp = web.Response(body=body, headers={"Content-Type": ctype})
@@ -91,10 +96,10 @@ def mount(app: web.Application, api: ApiSpec, proxies: dict[str, Handler]) -> No
         resp.headers["Cache-Control"] = "no-store"
         return secured(resp)
 
-    async def to_root(_: web.Request) -> web.Response:
+    async def to_root(_: BaseRequest) -> web.Response:
         raise web.HTTPFound(PREFIX + "/")
 
-    async def api_proxy(request: web.Request) -> web.StreamResponse:
+    async def api_proxy(request: BaseRequest) -> web.StreamResponse:
         found = upstream_target(request.raw_path.split("?", 1)[0], request.query_string)
         if found is None:
             body, ctype = api.format_error(404, "no such console API: use /ui/api/<api>/<path>")
@@ -117,6 +122,13 @@ def mount(app: web.Application, api: ApiSpec, proxies: dict[str, Handler]) -> No
         resp.headers["Cache-Control"] = "no-store"
         return resp
 
-    app.router.add_get(PREFIX, to_root)
-    app.router.add_route("*", API_PREFIX + r"{tail:[\s\S]*}", api_proxy)
-    app.router.add_get(PREFIX + r"/{tail:[\s\S]*}", page)
+    def route(method: str, path: str) -> Handler | None:
+        if path.startswith(API_PREFIX):
+            return api_proxy
+        if method not in _GET:
+            return None
+        if path == PREFIX:
+            return to_root
+        return page if path.startswith(PREFIX + "/") else None
+
+    return route

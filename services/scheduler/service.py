@@ -173,6 +173,10 @@ class SchedulerService:
             wire.TaskSecretsRequest,
             queue=RPC_QUEUE,
         )
+        # Clients re-poll now: a poll held by a replica that died (or sent while the bus was
+        # down) is never answered and would wait out its timeout (wire.REPLICA_UP).
+        await self._announce_up()
+        self.bus.reconnect_hooks.append(self._announce_up)
         kv = await self._lease_bucket(js)
         self.lease = LeaderLease(
             kv,
@@ -193,6 +197,9 @@ class SchedulerService:
             self.workers.append(w)
         self.ready = True
         log.info("scheduler started", replica=self.replica_id, index=self.replog.applied_index)
+
+    async def _announce_up(self) -> None:
+        await self.bus.nc.publish(wire.subject(self.cluster, wire.REPLICA_UP), b"")
 
     async def _lease_bucket(self, js: Any) -> Any:
         bucket = f"{self.cluster}_sched_leader"

@@ -6,6 +6,7 @@
 {cluster}.sched.node.heartbeat  broadcast (every replica)           Heartbeat (no reply)
 {cluster}.sched.node.allocs     queue "sched-rpc"                   NodeAllocs -> NodeAllocsReply
 {cluster}.sched.alloc.update    queue "sched-rpc"                   AllocUpdate -> Ok
+{cluster}.sched.replica.up      broadcast (every client)            empty (no reply)
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ NODE_REGISTER = "node.register"
 HEARTBEAT = "node.heartbeat"
 NODE_ALLOCS = "node.allocs"
 ALLOC_UPDATE = "alloc.update"
+# A replica starts serving: clients poll again at once, since a long poll held by a replica
+# that died is never answered (NATS does not tell the requester) and would wait out its timeout.
+REPLICA_UP = "replica.up"
 
 
 class Dequeue(msgspec.Struct, kw_only=True):

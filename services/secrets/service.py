@@ -107,6 +107,11 @@ class SecretsService:
         self.publisher.start()
         self._ready = True
 
+    def health_detail(self) -> dict[str, bool]:
+        """For /readyz: whether this replica serves requests yet (each replica unseals on its
+        own, so `trellis dev` waits for every one of them)."""
+        return {"sealed": self.core is None or self.core.sealed}
+
     def _is_leader(self) -> bool:
         return self.lease is not None and self.lease.is_leader
 

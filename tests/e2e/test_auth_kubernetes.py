@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from cryptography.x509.oid import NameOID
 
 from tests.conftest import free_port
-from tests.procs import DevProcess, dev
+from tests.procs import DevProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -139,10 +139,9 @@ def review_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReviewSe
 
 
 @pytest.fixture(scope="module")
-def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
-    data_dir = tmp_path_factory.mktemp("k8s-auth") / "data"
-    with dev("--data-dir", str(data_dir), "--services", "crypto") as p:
-        yield p
+def d(trellis_dev: DevProcess) -> DevProcess:
+    """The session's `trellis dev` (tests/conftest.py): every test mounts its own auth path."""
+    return trellis_dev
 
 
 @pytest.fixture

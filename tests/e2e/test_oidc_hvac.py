@@ -6,20 +6,24 @@ provider (tests/fakes/oidc_provider.py), which also runs the browser flow's code
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import hvac
 import hvac.exceptions
 import jwt
+import nats
 import pytest
 import requests
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from services.dev_nats import credentials, read_credentials
 from tests.fakes.oidc_provider import Provider, start_provider
 from tests.procs import DevProcess, dev, until
 
@@ -381,6 +385,44 @@ def test_oidc_auth_url_and_callback(
         c.auth.oidc.oidc_callback(q["state"], "", q["code"], path=mount)
 
 
+def secrets_writes(server: DevProcess) -> int:
+    """The sequence of the secrets bucket's stream: it grows with every write to storage."""
+    user, password = read_credentials(credentials(Path(server.data_dir))["secrets"])
+
+    async def last_seq() -> int:
+        nc = await nats.connect(server.nats_url, user=user, password=password)
+        try:
+            info = await nc.jetstream().stream_info("KV_trellis-secrets")
+            return int(info.state.last_seq)
+        finally:
+            await nc.close()
+
+    return asyncio.run(last_seq())
+
+
+def test_oidc_auth_urls_write_nothing(
+    root: hvac.Client, server: DevProcess, provider: Provider
+) -> None:
+    mount, role, redirect = oidc_mount(root, provider)
+    c = hvac.Client(url=server.secrets)
+    c.auth.oidc.oidc_authorization_url_request(role, redirect, path=mount)  # the mount's key
+    before = secrets_writes(server)
+    urls = [
+        c.auth.oidc.oidc_authorization_url_request(role, redirect, path=mount)["data"]["auth_url"]
+        for _ in range(30)
+    ]
+    assert secrets_writes(server) == before
+    # Any of those states still logs in, once.
+    back = provider.approve(urls[7], subject="carol", email=f"{name('u')}@example.com", groups=[])
+    q = {k: v[0] for k, v in parse_qs(urlsplit(back).query).items()}
+    resp = c.auth.oidc.oidc_callback(q["state"], "", q["code"], path=mount)
+    assert resp["auth"]["metadata"]["role"] == role
+    # An altered state is not one of ours.
+    forged = q["state"][:-2] + ("AA" if not q["state"].endswith("AA") else "BB")
+    with pytest.raises(hvac.exceptions.InvalidRequest, match="OAuth state"):
+        c.auth.oidc.oidc_callback(forged, "", q["code"], path=mount)
+
+
 def test_oidc_form_post_callback(root: hvac.Client, server: DevProcess, provider: Provider) -> None:
     mount, role, redirect = oidc_mount(
         root, provider, oidc_response_mode="form_post", oidc_response_types=["code"]
@@ -401,6 +443,72 @@ def test_oidc_form_post_callback(root: hvac.Client, server: DevProcess, provider
     )
     assert resp.status_code == 200, resp.text
     assert resp.json()["auth"]["metadata"]["role"] == role
+
+
+def oidc_login(
+    server: DevProcess, provider: Provider, mount: str, role: str, redirect: str, **claims: Any
+) -> dict[str, Any]:
+    """The auth block of a browser login as a user with `claims`."""
+    c = hvac.Client(url=server.secrets)
+    url = c.auth.oidc.oidc_authorization_url_request(role, redirect, path=mount)["data"]["auth_url"]
+    q = {k: v[0] for k, v in parse_qs(urlsplit(provider.approve(url, **claims)).query).items()}
+    return c.auth.oidc.oidc_callback(q["state"], "", q["code"], path=mount)["auth"]
+
+
+def test_groups_claim_sets_external_group_membership(
+    root: hvac.Client, server: DevProcess, provider: Provider
+) -> None:
+    mount, role, redirect = oidc_mount(root, provider)
+    accessor = root.sys.list_auth_methods()["data"][f"{mount}/"]["accessor"]
+    idn = root.secrets.identity
+    groups = {}
+    # Only ops may list the auth methods.
+    rules = {"ops": 'path "sys/auth" { capabilities = ["read"] }', "dev": ""}
+    for team in ("ops", "dev"):
+        policy = name(f"{team}-pol")
+        root.sys.create_or_update_policy(policy, rules[team] or 'path "x/*" { capabilities = [] }')
+        group = idn.create_or_update_group(name(team), group_type="external", policies=[policy])
+        alias = name(f"{team}-claim")
+        idn.create_or_update_group_alias(
+            alias, mount_accessor=accessor, canonical_id=group["data"]["id"]
+        )
+        groups[team] = (group["data"]["id"], policy, alias)
+    email = f"{name('u')}@example.com"
+
+    def members(team: str) -> list[str]:
+        data = idn.read_group(groups[team][0])["data"]
+        return data["member_entity_ids"] or []
+
+    first = oidc_login(
+        server,
+        provider,
+        mount,
+        role,
+        redirect,
+        subject="dana",
+        email=email,
+        groups=[groups["ops"][2], "no-such-group"],
+    )
+    assert groups["ops"][1] in first["policies"] and groups["dev"][1] not in first["policies"]
+    assert members("ops") == [first["entity_id"]] and members("dev") == []
+    ops_token = hvac.Client(url=server.secrets, token=first["client_token"])
+    assert f"{mount}/" in ops_token.sys.list_auth_methods()["data"]
+    # The provider now says dev only: the entity leaves ops, and the policy leaves its tokens.
+    second = oidc_login(
+        server,
+        provider,
+        mount,
+        role,
+        redirect,
+        subject="dana",
+        email=email,
+        groups=[groups["dev"][2]],
+    )
+    assert second["entity_id"] == first["entity_id"]
+    assert groups["dev"][1] in second["policies"] and groups["ops"][1] not in second["policies"]
+    assert members("ops") == [] and members("dev") == [first["entity_id"]]
+    with pytest.raises(hvac.exceptions.Forbidden):
+        ops_token.sys.list_auth_methods()
 
 
 def test_oidc_flow_refusals_are_4xx(

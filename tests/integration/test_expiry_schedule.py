@@ -120,7 +120,12 @@ async def test_tokens_expire_on_time_and_renewal_moves_them(nats_url: str, uniqu
 
         before = await entry(renewed)
         assert before is not None
-        first_name = _slot(before.expire_time, core.tokens.hash(renewed))
+        # Scheduled from the token's lease, with no schedule entry of its own in storage.
+        first_name = _slot(before.expire_time, exp.auth_lease_id(before))
+        assert first_name in exp._index
+        assert (
+            await exp.view.get(f"at/{_slot(before.expire_time, core.tokens.hash(renewed))}") is None
+        )
         status, body = await c.request(
             "POST", "/v1/auth/token/renew-self", token=renewed, json={"increment": "30s"}
         )
@@ -141,7 +146,7 @@ async def test_tokens_expire_on_time_and_renewal_moves_them(nats_url: str, uniqu
         await _until(first_passed, 2 + LATE, "the renewed token's first expiry is handled")
         status, body = await c.request("GET", "/v1/auth/token/lookup-self", token=renewed)
         assert status == 200, body
-        assert _slot(after.expire_time, core.tokens.hash(renewed)) in exp._index
+        assert _slot(after.expire_time, exp.auth_lease_id(after)) in exp._index
     finally:
         await c.close()
 
@@ -192,6 +197,11 @@ async def test_a_new_leader_rebuilds_the_schedule_from_storage(nats_url: str, un
         await _following(_core(leader).expiration)
         later = await _lease(_core(leader), f"{unique}-later", ttl=600)
         soon = await _lease(_core(leader), f"{unique}-soon", ttl=4)
+        status, body = await c.request(
+            "POST", "/v1/auth/token/create", json={"ttl": "4s", "display_name": unique}
+        )
+        assert status == 200, body
+        token = body["auth"]["client_token"]
         await c.stop_secrets_replica(leader)
         exp = _core(other).expiration
 
@@ -206,5 +216,12 @@ async def test_a_new_leader_rebuilds_the_schedule_from_storage(nats_url: str, un
 
         await _until(soon_gone, max(0.0, soon.expire_time - time.time()) + LATE, "lease expires")
         assert await exp.get(later.lease_id) is not None
+        # The token's expiry comes from its lease, which the new leader read from storage.
+        view = _core(other).namespaces.view(ROOT).sub("sys/token/")
+
+        async def token_gone() -> bool:
+            return await view.get(f"id/{_core(other).tokens.hash(token)}") is None
+
+        await _until(token_gone, LATE, "the token expires")
     finally:
         await c.close()

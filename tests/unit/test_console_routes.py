@@ -1,5 +1,6 @@
-"""The console's routes on a bare aiohttp app: pages, assets, headers, and the proxy's rewrite
-of `/ui/api/<api>/...` to the path the API itself is asked for (odd bytes included)."""
+"""The console's routes on a bare aiohttp server (a stand-in API answers where they decline):
+pages, assets, headers, and the proxy's rewrite of `/ui/api/<api>/...` to the path the API
+itself is asked for (odd bytes included)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import RawTestServer, TestClient
+from aiohttp.web_request import BaseRequest
 
 from services.gateway import ui
 from services.gateway.apis import WORKSPACE
@@ -15,7 +17,7 @@ from services.gateway.apis import WORKSPACE
 seen: list[tuple[str, str, str, str]] = []
 
 
-async def fake_secrets(request: web.Request) -> web.Response:
+async def fake_secrets(request: BaseRequest) -> web.Response:
     seen.append(
         (
             request.method,
@@ -29,9 +31,15 @@ async def fake_secrets(request: web.Request) -> web.Response:
 
 @pytest.fixture
 async def client() -> AsyncIterator[TestClient]:
-    app = web.Application()
-    ui.mount(app, WORKSPACE, {"secrets": fake_secrets})
-    async with TestClient(TestServer(app)) as c:
+    route = ui.console(WORKSPACE, {"secrets": fake_secrets})
+
+    async def handle(request: BaseRequest) -> web.StreamResponse:
+        page = route(request.method, request.rel_url.path_safe)
+        if page is None:
+            return web.Response(status=404, text="the API's")
+        return await page(request)
+
+    async with TestClient(RawTestServer(handle)) as c:
         yield c
     seen.clear()
 
@@ -73,3 +81,12 @@ async def test_proxy_refusals_are_4xx_in_the_right_shape(client: TestClient) -> 
     r = await client.request("TRACE", "/ui/api/secrets/v1/sys/health")
     assert r.status == 405 and "Allow" in r.headers
     assert seen == []
+
+
+async def test_other_methods_on_pages_are_the_apis(client: TestClient) -> None:
+    for method, path in (("POST", "/ui"), ("PUT", "/ui/secrets"), ("DELETE", "/ui/")):
+        r = await client.request(method, path)
+        assert await r.text() == "the API's", (method, path)
+    assert (await client.head("/ui/")).status == 200
+    # The console API takes any method (and refuses the ones it does not proxy itself).
+    assert (await client.request("PATCH", "/ui/api/secrets/v1/x")).status == 200

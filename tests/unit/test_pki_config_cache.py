@@ -94,3 +94,17 @@ async def test_a_read_in_flight_during_a_change_does_not_refill_the_cache() -> N
     assert stale is not None and stale.ttl == 60  # that request began before the change
     storage.hold = None
     assert await role_ttl(cache, "web") == 120  # but the cache kept nothing of it
+
+
+async def test_requests_arriving_together_share_one_generation_read() -> None:
+    storage = SharedStorage()
+    a, b = replica(storage), replica(storage)
+    await a.put("role/web", Role(name="web", ttl=60))
+    assert await role_ttl(b, "web") == 60
+    storage.reads.clear()
+    assert await asyncio.gather(*(role_ttl(b, "web") for _ in range(8))) == [60] * 8
+    assert storage.reads == ["config/generation"]
+
+    # A change acknowledged before the requests were asked is seen by every one of them.
+    await a.put("role/web", Role(name="web", ttl=90))
+    assert await asyncio.gather(*(role_ttl(b, "web") for _ in range(8))) == [90] * 8

@@ -158,6 +158,7 @@ class ClientAgent:
         self._pending: dict[str, dict[str, Any]] = {}
         self._flush = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._poll: asyncio.Task[wire.NodeAllocsReply] | None = None  # the long poll in flight
         self._stops: set[asyncio.Task[None]] = set()
         # Loops also check this flag: on Python 3.11 asyncio.wait_for can swallow a cancel.
         self._stopping = False
@@ -176,6 +177,8 @@ class ClientAgent:
             node_id = self.node_ids[0]
             await self.bus.nc.subscribe(self._subject(f"{wire.NODE_FS}.{node_id}"), cb=self._on_fs)
             await statsrpc.serve(self, node_id)  # host and allocation figures, client GC
+        await self.bus.nc.subscribe(self._subject(wire.REPLICA_UP), cb=self._repoll)
+        self.bus.reconnect_hooks.append(self._repoll)
         self._tasks = [
             asyncio.create_task(self._heartbeat_loop()),
             asyncio.create_task(self._poll_loop()),
@@ -324,10 +327,17 @@ class ClientAgent:
                         )
             await asyncio.sleep(max(self.heartbeat_ttl / 4, 0.05))
 
+    async def _repoll(self, _msg: Any = None) -> None:
+        """A scheduler replica started or the bus reconnected: the poll in flight may be held
+        by a replica that died, or lost, and would wait out its timeout; poll again now (the
+        index only moves on a reply, so nothing is missed)."""
+        if self._poll is not None:
+            self._poll.cancel()
+
     async def _poll_loop(self) -> None:
         while not self._stopping:
-            try:
-                reply = await self.rpc.request(
+            call = self._poll = asyncio.create_task(
+                self.rpc.request(
                     self._subject(wire.NODE_ALLOCS),
                     wire.NodeAllocs(
                         node_ids=self.node_ids, index=self.index, wait=10.0, secrets=self.secrets
@@ -336,6 +346,15 @@ class ClientAgent:
                     channel=wire.NODE_ALLOCS,
                     timeout=20.0,
                 )
+            )
+            try:
+                await asyncio.wait([call])
+            finally:
+                call.cancel()  # stop() cancels this loop: the call ends with it
+            if call.cancelled():
+                continue
+            try:
+                reply = call.result()
             except ServiceError as exc:
                 log.debug("alloc poll failed", error=exc.message)
                 if exc.code == 403:

@@ -55,7 +55,7 @@ class JwtBackend(Backend):
 
     def __init__(self, core: Any, mount: MountEntry | None, storage: BarrierView) -> None:
         self.keys = KeySource()
-        self.flow = OidcFlow(self)
+        self.flow = OidcFlow(self, storage)
         super().__init__(core, mount, storage)
 
     async def config(self) -> JwtConfig | None:

@@ -35,4 +35,6 @@ def authorize(
     auth.alias_metadata = dict(metadata)
     if groups:
         auth.internal["groups"] = ",".join(groups)
+    if role.groups_claim:
+        auth.group_aliases = groups
     return auth

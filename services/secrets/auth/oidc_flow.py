@@ -1,19 +1,17 @@
 """The browser login of the oidc auth method (OAuth 2.0 authorization code flow with PKCE).
 
-`oidc/auth_url` checks the redirect URI against the role, keeps a state record (nonce, PKCE
-verifier, role, redirect URI) in the mount's barrier storage for ten minutes, and answers the
-provider's authorization URL. `oidc/callback` (a GET, or a form POST with response_mode
-form_post) consumes the state once, exchanges the code at the provider's token endpoint with
-the client credentials, verifies the ID token (signature, issuer, audience, nonce) and logs in.
-State lives in storage rather than memory so the callback may reach any replica.
+`oidc/auth_url` checks the redirect URI against the role and answers the provider's
+authorization URL, whose `state` carries the login's sealed state (nonce, PKCE verifier, role,
+redirect URI; oidc_state.py), so the call writes nothing and the callback may reach any replica.
+`oidc/callback` (a GET, or a form POST with response_mode form_post) opens the state, exchanges
+the code at the provider's token endpoint with the client credentials, verifies the ID token
+(signature, issuer, audience, nonce) and logs in, once per state.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import secrets
-import time
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
@@ -23,18 +21,16 @@ from services.secrets.auth.jwt_config import JwtConfig
 from services.secrets.auth.jwt_fetch import FetchError, fetch_json
 from services.secrets.auth.jwt_login import authorize
 from services.secrets.auth.jwt_verify import Expected
+from services.secrets.auth.oidc_state import OidcState, OidcStates, new_state
 from services.secrets.auth.token_params import addr_allowed
 from services.secrets.errors import bad_request, permission_denied
 from services.secrets.framework.fields import desc
 from services.secrets.framework.request import Request, Response
-from shared.storage import CasConflict
 
 if TYPE_CHECKING:
     from services.secrets.auth.jwt import JwtBackend
+    from services.secrets.core.barrier import BarrierView
 
-STATE_PREFIX = "oidc_state/"
-STATE_SECONDS = 600
-SWEEP_SECONDS = 60.0
 LOGIN_FAILED = "Login failed. "
 _LOOPBACK = ("localhost", "127.0.0.1", "::1")
 # OAuth error codes a provider may send back; anything else is reported as unknown.
@@ -47,15 +43,6 @@ _PROVIDER_ERRORS = {
     "server_error",
     "temporarily_unavailable",
 }
-
-
-class OidcState(msgspec.Struct, kw_only=True):
-    role: str
-    redirect_uri: str
-    nonce: str
-    code_verifier: str
-    client_nonce: str = ""
-    expires_at: float
 
 
 class AuthUrlFields(msgspec.Struct, kw_only=True):
@@ -100,38 +87,9 @@ def _challenge(verifier: str) -> str:
 
 
 class OidcFlow:
-    def __init__(self, backend: JwtBackend) -> None:
+    def __init__(self, backend: JwtBackend, storage: BarrierView) -> None:
         self.b = backend
-        self._last_sweep = 0.0
-
-    async def _sweep(self) -> None:
-        """Drop abandoned states now and then."""
-        now = time.time()
-        if now - self._last_sweep < SWEEP_SECONDS:
-            return
-        self._last_sweep = now
-        storage = self.b.storage
-        for sid in await storage.list(STATE_PREFIX):
-            got = await storage.get_obj_entry(STATE_PREFIX + sid, OidcState)
-            if got is not None and got[0].expires_at < now:
-                try:
-                    await storage.delete(STATE_PREFIX + sid, got[1])
-                except CasConflict:
-                    continue
-
-    async def _take(self, state_id: str) -> OidcState | None:
-        """The state `state_id`, deleted so it serves exactly one callback."""
-        if not state_id or not state_id.isalnum():
-            return None
-        key = STATE_PREFIX + state_id
-        got = await self.b.storage.get_obj_entry(key, OidcState)
-        if got is None:
-            return None
-        try:
-            await self.b.storage.delete(key, got[1])
-        except CasConflict:
-            return None  # another callback took it first
-        return got[0] if got[0].expires_at >= time.time() else None
+        self.states = OidcStates(storage)
 
     async def auth_url(self, req: Request, f: AuthUrlFields) -> Response:
         config = await self.b.config()
@@ -156,17 +114,7 @@ class OidcFlow:
             doc = await self.b.keys.provider(config)
         except FetchError as exc:
             raise bad_request(f"error contacting the OIDC provider: {exc}") from None
-        await self._sweep()
-        state_id = secrets.token_hex(20)
-        state = OidcState(
-            role=role_name,
-            redirect_uri=redirect_uri,
-            nonce=secrets.token_hex(20),
-            code_verifier=secrets.token_urlsafe(48),
-            client_nonce=f.client_nonce,
-            expires_at=time.time() + STATE_SECONDS,
-        )
-        await self.b.storage.put_obj(STATE_PREFIX + state_id, state)
+        state = new_state(role_name, redirect_uri, f.client_nonce)
         implicit = "id_token" in config.oidc_response_types
         params = {
             "client_id": config.oidc_client_id,
@@ -174,7 +122,7 @@ class OidcFlow:
             "redirect_uri": redirect_uri,
             "response_type": "id_token" if implicit else "code",
             "scope": " ".join(["openid", *role.oidc_scopes]),
-            "state": state_id,
+            "state": await self.states.seal(state),
         }
         if not implicit:
             params["code_challenge"] = _challenge(state.code_verifier)
@@ -190,7 +138,7 @@ class OidcFlow:
         config = await self.b.config()
         if config is None or not config.is_oidc():
             raise bad_request(LOGIN_FAILED + "Could not load configuration")
-        state = await self._take(f.state)
+        state = await self.states.open(f.state)
         if state is None:
             raise bad_request(LOGIN_FAILED + "Expired or missing OAuth state.")
         role = await self.b.role(state.role)
@@ -215,6 +163,8 @@ class OidcFlow:
             raise bad_request(LOGIN_FAILED + "sub claim does not match bound subject")
         claims.pop("nonce", None)
         auth = authorize(req, state.role, role, claims, prefix=LOGIN_FAILED)
+        if not await self.states.use(state):
+            raise bad_request(LOGIN_FAILED + "Expired or missing OAuth state.")
         return Response(auth=auth)
 
     async def _exchange(self, config: JwtConfig, state: OidcState, code: str) -> str:

@@ -271,7 +271,7 @@ class TokenBackend(Backend):
             if kind == "batch":
                 await self._store().create_batch(entry)
             else:
-                await self._store().create(entry)
+                await self._store().create(entry, custom_id=bool(f.id))
         except Exception as exc:
             if f.id:
                 raise bad_request("a token with that id already exists") from exc

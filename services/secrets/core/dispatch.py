@@ -408,7 +408,12 @@ async def _login(core: Core, req: Request, spec: AuthSpec) -> dict[str, Any]:
     entity_id, identity_policies = "", []
     if spec.alias_name and mount is not None:
         entity_id, identity_policies = await link_login(
-            core, req.namespace, mount.accessor, spec.alias_name, spec.alias_metadata
+            core,
+            req.namespace,
+            mount.accessor,
+            spec.alias_name,
+            spec.alias_metadata,
+            spec.group_aliases,
         )
     entry = TokenEntry(
         id=core.tokens.new_id(req.namespace),

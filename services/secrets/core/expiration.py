@@ -11,8 +11,10 @@ the schedule.
 
 Every token also has a lease, as in Vault: `<token path>/h<hmac(token)>` (a login's is under
 `auth/<mount>/login/...`), so that revoking a lease prefix, or disabling the mount a token came
-from, revokes the token and its children. The token's own schedule entry drives its expiry; its
-lease records where it came from and mirrors its times for `sys/leases/lookup`.
+from, revokes the token and its children. The lease mirrors the token's times, and the leader
+derives the token's place in the schedule from it (following the leases in the stream as it
+follows the schedule), so creating a token writes no schedule entry. Tokens scheduled by entries
+of their own (those from before, or without a lease) keep them until they fall due.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import asyncio
 import contextlib
 import hashlib
 import math
+import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -31,6 +34,7 @@ import structlog
 from services.secrets.core import rotation
 from services.secrets.core.expiry_index import ExpiryIndex
 from services.secrets.core.tokens import TokenEntry, random_b62
+from services.secrets.identity import oidc_rotation
 
 if TYPE_CHECKING:
     from services.secrets.core.core import Core
@@ -41,8 +45,11 @@ MAX_REVOKE_ATTEMPTS = 6
 PASS_SECONDS = 0.5  # the leader's expiry pass runs at least this often
 # Set once every token created before tokens had leases has one.
 LEGACY_DONE = "migrations/token-leases"
-# The schedule's full storage prefix (the leader follows it) and its folder inside the view.
-SCHEDULE = "sys/expire/at/"
+# What the leader follows: the schedule (its full storage prefix, and its folder inside the
+# view) and the leases of tokens, whose ids end in `h<hmac of the token>`.
+EXPIRE = "sys/expire/"
+SCHEDULE = EXPIRE + "at/"
+_TOKEN_LEASE = re.compile(r"(?:id|ns/[^/]+/id)/.+/h[0-9a-f]{64}(?:\.[^/]+)?")
 
 
 class LeaseEntry(msgspec.Struct, kw_only=True):
@@ -108,6 +115,9 @@ class ExpirationManager:
         # The leader's copy of the schedule, kept by following the schedule's part of the KV
         # stream (every replica's writes, in log order); no follower while not the leader.
         self._index = ExpiryIndex()
+        # The index's names that come from token leases: name -> lease key in the view, and back.
+        self._derived: dict[str, str] = {}
+        self._derived_at: dict[str, str] = {}
         self._follower: asyncio.Task[None] | None = None
         self._loaded = asyncio.Event()
 
@@ -172,7 +182,7 @@ class ExpirationManager:
         return lease_id if entry.namespace_id == "root" else f"{lease_id}.{entry.namespace_id}"
 
     async def register_auth(self, entry: TokenEntry, mount_path: str) -> LeaseEntry:
-        """The lease of a new token. Not scheduled: the token's own expiry revokes it."""
+        """The lease of a new token; the leader schedules the token's expiry from it."""
         token_hash = self.core.tokens.hash(entry.id)
         lease = LeaseEntry(
             lease_id=self.auth_lease_id(entry, token_hash),
@@ -187,15 +197,41 @@ class ExpirationManager:
             auth=True,
         )
         await self.view.put_obj(_key(lease.lease_id), lease)
+        self._written(lease)
         return lease
 
-    async def renewed_auth(self, entry: TokenEntry) -> None:
-        """Mirror a token renewal into its lease."""
+    async def renewed_auth(self, entry: TokenEntry) -> bool:
+        """Mirror a token renewal into its lease; False when the token has none."""
         lease = await self.get(self.auth_lease_id(entry))
-        if lease is not None and lease.auth:
-            lease.expire_time = entry.expire_time
-            lease.last_renewal = time.time()
-            await self.view.put_obj(_key(lease.lease_id), lease)
+        if lease is None or not lease.auth:
+            return False
+        lease.expire_time = entry.expire_time
+        lease.last_renewal = time.time()
+        await self.view.put_obj(_key(lease.lease_id), lease)
+        self._written(lease)
+        return True
+
+    def _written(self, lease: LeaseEntry) -> None:
+        if self._follower is not None:
+            # At once, rather than when the stream delivers it: it may be due already.
+            self._track(_key(lease.lease_id), lease)
+            if lease.expire_time and lease.expire_time - time.time() < PASS_SECONDS:
+                self._wake.set()
+
+    def _track(self, key: str, lease: LeaseEntry) -> None:
+        """Schedule the token of the lease at `key` by the lease's expiry (replacing any older)."""
+        self._untrack(key)
+        if lease.auth and lease.expire_time:
+            name = _slot(lease.expire_time, lease.lease_id)
+            self._derived[name] = key
+            self._derived_at[key] = name
+            self._index.add(name)
+
+    def _untrack(self, key: str) -> None:
+        name = self._derived_at.pop(key, None)
+        if name is not None:
+            del self._derived[name]
+            self._index.discard(name)
 
     async def forget_auth(self, entry: TokenEntry) -> None:
         """Drop a revoked token's lease (the token store calls this while revoking)."""
@@ -361,6 +397,7 @@ class ExpirationManager:
                     if await self._follow():
                         await self.tick(time.time())
                     await rotation.maybe_auto_rotate(self.core)
+                    await oidc_rotation.rotate_due_keys(self.core)
                 else:
                     await self._unfollow()
             except asyncio.CancelledError:
@@ -391,29 +428,52 @@ class ExpirationManager:
             await asyncio.wait({task}, timeout=2.0)
         self._loaded.clear()
         self._index.clear()
+        self._derived.clear()
+        self._derived_at.clear()
 
     async def _follow_schedule(self) -> None:
         me = asyncio.current_task()
         try:
-            async for change in self.core.storage.watch(SCHEDULE):
+            async for change in self.core.storage.watch(EXPIRE):
                 if self._follower is not me:
                     return
                 if not change.key:  # every name storage held is in: the index is exact
                     self._loaded.set()
                     self._wake.set()
-                elif change.value is None:
-                    self._index.discard(change.key[len(SCHEDULE) :])
-                else:
-                    self._index.add(change.key[len(SCHEDULE) :])
+                elif change.key.startswith(SCHEDULE):
+                    if change.value is None:
+                        self._index.discard(change.key[len(SCHEDULE) :])
+                    else:
+                        self._index.add(change.key[len(SCHEDULE) :])
+                elif _TOKEN_LEASE.fullmatch(key := change.key[len(EXPIRE) :]):
+                    await self._follow_token_lease(key, change.key, change.value)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # NATS gone for a while: the next pass follows afresh
             log.warning("following the expiry schedule failed", error=str(exc))
 
+    async def _follow_token_lease(self, key: str, path: str, value: bytes | None) -> None:
+        if value is None:
+            self._untrack(key)
+            return
+        try:
+            lease = msgspec.json.decode(
+                await self.core.barrier.decrypt(path, value), type=LeaseEntry
+            )
+        except Exception as exc:  # one unreadable lease must not stop the schedule
+            log.warning("a token lease could not be read", error=type(exc).__name__)
+            return
+        self._track(key, lease)
+
     async def tick(self, now: float) -> int:
         """Process everything due at `now`; returns how many entries were handled."""
         done = 0
         for name in self._index.due(now):
+            key = self._derived.get(name)
+            if key is not None:
+                await self._expire_token_lease(key, now)
+                done += 1
+                continue
             item = await self.view.get_obj(f"at/{name}", Scheduled)
             if item is None:  # gone already (unscheduled by another replica)
                 self._index.discard(name)
@@ -426,6 +486,31 @@ class ExpirationManager:
             await self.view.delete(f"at/{name}")
             self._index.discard(name)
         return done
+
+    async def _expire_token_lease(self, key: str, now: float) -> None:
+        """Expire the token of the lease at `key`, whose expiry has come."""
+        lease = await self.view.get_obj(key, LeaseEntry)
+        if lease is None or not lease.auth or lease.expire_time > now:
+            # Gone, or renewed (the stream may not have told us yet).
+            if lease is None:
+                self._untrack(key)
+            else:
+                self._track(key, lease)
+            return
+        ns = self.core.namespaces.by_id.get(lease.namespace_id)
+        tv = None if ns is None else self.core.namespaces.view(ns).sub("sys/token/")
+        entry = None if tv is None else await tv.get_obj(f"id/{lease.token}", TokenEntry)
+        if entry is None:
+            await self.view.delete(key)  # the token is gone: its lease goes with it
+        elif entry.expired(now):
+            await self.core.tokens.revoke_tree(entry)  # its lease too
+        else:
+            # The token outlived its lease's copy of its expiry: bring the copy up to date.
+            lease.expire_time = entry.expire_time
+            await self.view.put_obj(key, lease)
+            self._track(key, lease)
+            return
+        self._untrack(key)
 
     async def _expire(self, item: Scheduled, now: float) -> None:
         if item.kind == "lease":

@@ -87,6 +87,7 @@ class TokenEntry(msgspec.Struct, kw_only=True):
 # replica at once by broadcast; this bounds the damage of a missed broadcast.
 CACHE_SECONDS = 5.0
 CACHE_MAX = 100_000
+HASHED_MAX = 16_384  # token ids and accessors whose salted hash is remembered
 
 
 class TokenStore:
@@ -97,6 +98,7 @@ class TokenStore:
         self.core = core
         self.salt = b""
         self._mac = hmac.new(b"", digestmod=hashlib.sha256)
+        self._hashed: dict[str, str] = {}
         self._cache: dict[str, tuple[TokenEntry, float]] = {}
         self._invalidated: dict[str, float] = {}
 
@@ -127,12 +129,20 @@ class TokenStore:
                 got = await view.get("core/salt") or got
         self.salt = got
         self._mac = hmac.new(got, digestmod=hashlib.sha256)
+        self._hashed = {}
 
     def hash(self, value: str) -> str:
-        # A copy of the keyed state skips the key schedule: this runs several times a request.
-        mac = self._mac.copy()
-        mac.update(secret_bytes(value))
-        return mac.hexdigest()
+        # Remembered in memory (bounded, dropped with the salt): the same tokens come back
+        # request after request. A copy of the keyed state skips the key schedule.
+        got = self._hashed.get(value)
+        if got is None:
+            mac = self._mac.copy()
+            mac.update(secret_bytes(value))
+            got = mac.hexdigest()
+            if len(self._hashed) >= HASHED_MAX:
+                self._hashed.pop(next(iter(self._hashed)))
+            self._hashed[value] = got
+        return got
 
     def _view(self, namespace_id: str):  # type: ignore[no-untyped-def]
         ns = self.core.namespaces.by_id.get(namespace_id)
@@ -149,25 +159,30 @@ class TokenStore:
         return base if ns.is_root else f"{base}.{ns.id}"
 
     # ---- write ----------------------------------------------------------------------
-    async def create(self, entry: TokenEntry) -> TokenEntry:
+    async def create(self, entry: TokenEntry, *, custom_id: bool = False) -> TokenEntry:
         view = self._view(entry.namespace_id)
         assert view is not None
         entry.creation_time = entry.creation_time or time.time()
         if entry.ttl and not entry.expire_time:
             entry.expire_time = entry.creation_time + entry.ttl
         key = self.hash(entry.id)
-        # First, alone: a custom id that exists already stops the creation here.
-        await view.create(f"id/{key}", msgspec.json.encode(entry))
-        # The rest are independent: in flight together, so one socket write carries them all
-        # and the reply waits for one round of acknowledgements rather than four.
+        record = view.create(f"id/{key}", msgspec.json.encode(entry))
+        if custom_id:
+            # First, alone: a custom id that exists already stops the creation here, before
+            # its indexes could point at the other token.
+            await record
+        # The rest are independent (a generated id never collides): in flight together, so
+        # one socket write carries them all and the reply waits for one round of
+        # acknowledgements. The token's lease also drives its expiry (the expiry leader
+        # derives the schedule from it), so no schedule entry is written.
         writes = [
             view.put_obj(f"accessor/{self.hash(entry.accessor)}", {"token": key}),
             self.core.expiration.register_auth(entry, self.mount_of(entry)),
         ]
+        if not custom_id:
+            writes.append(record)
         if entry.parent:
             writes.append(view.put(f"parent/{entry.parent}/{key}", b""))
-        if entry.expire_time:
-            writes.append(self.core.expiration.register_token(entry))
         # Every write settles before the answer, even when one fails.
         for result in await asyncio.gather(*writes, return_exceptions=True):
             if isinstance(result, BaseException):
@@ -191,7 +206,7 @@ class TokenStore:
             path="auth/token/root",
             orphan=True,
         )
-        await self.create(entry)
+        await self.create(entry, custom_id=bool(token_id))
         return entry.id
 
     async def save(self, entry: TokenEntry) -> None:
@@ -385,6 +400,8 @@ class TokenStore:
         # creation_ttl (entry.ttl) stays what it was at creation, as Vault reports it.
         entry.expire_time = now + ttl if ttl else entry.expire_time
         await self.save(entry)
-        await self.core.expiration.register_token(entry)
-        await self.core.expiration.renewed_auth(entry)
+        # The lease carries the new expiry to the expiry leader; a token without one (created
+        # before tokens had leases) is scheduled on its own.
+        if not await self.core.expiration.renewed_auth(entry):
+            await self.core.expiration.register_token(entry)
         return entry

@@ -77,6 +77,9 @@ class AuthSpec:
     # The identity alias of the login (its name within the mount, and its metadata).
     alias_name: str = ""
     alias_metadata: dict[str, str] = field(default_factory=dict)
+    # The names of the user's groups on the mount, for methods that report them (jwt/oidc
+    # groups_claim): they set the entity's external group membership. None: not reported.
+    group_aliases: list[str] | None = None
 
 
 @dataclass

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from services.secrets.errors import permission_denied
 from services.secrets.identity import graph
+from services.secrets.identity.external_groups import sync_external_groups
 from services.secrets.identity.model import Alias, Entity, copy, new_id, now
 from services.secrets.identity.store import Change, IdentityStore
 
@@ -97,10 +98,16 @@ async def token_identity_policies(core: Core, ns: Namespace, token: TokenEntry) 
 
 
 async def link_login(
-    core: Core, ns: Namespace, mount_accessor: str, alias_name: str, metadata: dict[str, str]
+    core: Core,
+    ns: Namespace,
+    mount_accessor: str,
+    alias_name: str,
+    metadata: dict[str, str],
+    group_aliases: list[str] | None = None,
 ) -> tuple[str, list[str]]:
     """The entity of a login through `mount_accessor` as `alias_name`, created with its alias
-    on first login: (entity id, its identity policies). A disabled entity cannot log in."""
+    on first login, in the external groups `group_aliases` name (when the method reports
+    groups): (entity id, its identity policies). A disabled entity cannot log in."""
     store = store_of(core, ns)
     if store is None:
         return "", []
@@ -114,6 +121,8 @@ async def link_login(
     entity = index.entity_of_alias(alias.id)
     if entity is None or entity.disabled:
         raise permission_denied()
+    if group_aliases is not None:
+        index = await sync_external_groups(store, index, mount_accessor, entity.id, group_aliases)
     return entity.id, graph.identity_policies(index, entity.id)
 
 

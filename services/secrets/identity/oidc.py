@@ -142,7 +142,7 @@ class OidcIssuer:
         now = time.time()
         out: list[dict[str, Any]] = []
         for name in sorted(names):
-            key = await self.store.current(name)
+            key = await self.store.key(name)
             if key is not None:
                 out.extend(k.public_jwk for k in key.public_keys(now))
         return out
@@ -320,7 +320,7 @@ class OidcIssuer:
             role = await store.role(f.name)
             if role is None:
                 raise bad_request(f"role {f.name!r} not found")
-            key = await store.current(role.key)
+            key = await store.key(role.key)
             if key is None or key.signing is None:
                 raise bad_request(f"key {role.key!r} not found")
             if not key.allows(role.client_id):

@@ -1,8 +1,9 @@
 """The stored state of the identity token issuer: config, named keys and roles.
 
 Records live in the identity mount's barrier view under `oidc_tokens/` (as OpenBao lays them
-out). Keys change with compare-and-set, so replicas rotating the same key at once agree on one
-result; a key due for rotation is rotated by whichever request first needs it.
+out). Keys change with compare-and-set, so replicas changing the same key at once agree on one
+result. Keys due for rotation are rotated by the expiry leader's pass (oidc_rotation.py), never
+by a request: the JWKS and discovery reads are unauthenticated and must not write.
 """
 
 from __future__ import annotations
@@ -133,21 +134,33 @@ class OidcStore:
 
         return await self.change_key(name, change)
 
-    async def current(self, name: str) -> NamedKey | None:
-        """The key, rotated first if its rotation period has passed."""
+    async def key(self, name: str) -> NamedKey | None:
         got = await self.key_entry(name)
-        if got is None:
-            return None
-        key = got[0]
-        if key.next_rotation and key.next_rotation <= time.time():
-            fresh = await self.new_version(key.algorithm)
+        return got[0] if got else None
 
-            def change(k: NamedKey | None) -> NamedKey | None:
-                due = k is not None and k.next_rotation <= time.time()
-                return rotated(k, fresh, None) if due and k is not None else None
+    async def rotate_due(self) -> list[str]:
+        """Rotate every key whose rotation time has come; the names of those rotated."""
+        return [name for name in await self.storage.list(KEYS) if await self._rotate_if_due(name)]
 
-            return await self.change_key(name, change)
-        return key
+    async def _rotate_if_due(self, name: str) -> bool:
+        key = await self.key(name)
+        if key is None or not _due(key, time.time()):
+            return False
+        fresh = await self.new_version(key.algorithm)
+        done = False
+
+        def change(k: NamedKey | None) -> NamedKey | None:
+            nonlocal done
+            # Rotated meanwhile (by a manual rotate or an earlier leader): leave it.
+            done = k is not None and _due(k, time.time())
+            return rotated(k, fresh, None) if done and k is not None else None
+
+        await self.change_key(name, change)
+        return done
+
+
+def _due(key: NamedKey, now: float) -> bool:
+    return bool(key.next_rotation) and key.next_rotation <= now
 
 
 def rotated(key: NamedKey, fresh: KeyVersion, verification_ttl: int | None) -> NamedKey:

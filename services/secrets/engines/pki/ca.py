@@ -29,6 +29,7 @@ from services.secrets.errors import bad_request
 from services.secrets.framework.fields import CommaList, Duration, desc
 from services.secrets.framework.path import Path, write
 from services.secrets.framework.request import Request, Response
+from shared.name_constraints import NAME_CONSTRAINT_FIELDS
 
 if TYPE_CHECKING:
     from services.secrets.engines.pki.backend import PKIBackend
@@ -146,19 +147,7 @@ def subject_and_sans(req: Request, f: SubjectFields) -> tuple[dict[str, Any], di
 
 
 def constraints(f: ConstraintFields) -> dict[str, Any]:
-    return {
-        k: list(getattr(f, k))
-        for k in (
-            "permitted_dns_domains",
-            "excluded_dns_domains",
-            "permitted_ip_ranges",
-            "excluded_ip_ranges",
-            "permitted_email_addresses",
-            "excluded_email_addresses",
-            "permitted_uri_domains",
-            "excluded_uri_domains",
-        )
-    }
+    return {k: list(getattr(f, k)) for k in NAME_CONSTRAINT_FIELDS}
 
 
 def issuer_from_info(issuer_id: str, info: dict[str, Any], key_id: str, name: str) -> IssuerEntry:

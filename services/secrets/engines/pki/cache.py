@@ -4,7 +4,8 @@
 Every write to a cached entry goes through here and then stores a new random
 `config/generation`. Each request first reads only that key (`refresh`); if it moved, this
 replica drops what it cached. So a change made on any replica is seen by the next request on
-every replica, at the price of one storage read per request instead of five.
+every replica, at the price of one storage read per request instead of five; requests that
+reach the replica together share that read (issued after all of them, kv/read_batch.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import uuid
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
+
+from services.secrets.engines.kv.read_batch import ReadBatch
 
 if TYPE_CHECKING:
     from services.secrets.core.barrier import BarrierView
@@ -32,6 +35,7 @@ class ConfigCache:
         # Raw (decrypted) bytes, decoded on each use so callers can never alter a cached value.
         self.raw: dict[str, bytes | None] = {}
         self.lists: dict[str, list[str]] = {}
+        self._generation_reads: ReadBatch[bytes | None] = ReadBatch(storage.get)
 
     def _drop(self) -> None:
         self.raw.clear()
@@ -39,7 +43,7 @@ class ConfigCache:
         self.epoch += 1
 
     async def refresh(self) -> None:
-        generation = await self.storage.get(GENERATION)
+        generation = await self._generation_reads.get(GENERATION)
         if generation != self.generation:
             self._drop()
             self.generation = generation

@@ -8,6 +8,7 @@ costs at most that much staleness.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import weakref
 from collections.abc import Callable
@@ -64,6 +65,7 @@ class TransitBackend(Backend):
 
     def build_paths(self) -> list[Path]:
         self.keys: dict[str, tuple[Policy, float]] = {}
+        self._fetching: dict[str, asyncio.Future[Policy | None]] = {}
         # cache-config's size (0: no limit), read once per replica as Vault reads it at start.
         self.cache_size: int | None = None
         # Bumped on every invalidation: a read that began before one must not refill the cache.
@@ -86,21 +88,38 @@ class TransitBackend(Backend):
     # ---- storage and cache ------------------------------------------------------------------
     async def load(self, name: str) -> Policy | None:
         hit = self.keys.get(name)
-        now = time.monotonic()
-        if hit is not None and now - hit[1] < MAX_AGE:
-            p = hit[0]
+        if hit is not None and time.monotonic() - hit[1] < MAX_AGE:
+            p: Policy | None = hit[0]
         else:
-            epoch = self.epoch
-            got = await self.storage.get_entry(f"policy/{name}")
-            if got is None:
-                self.keys.pop(name, None)
+            # The requests that miss together share one storage read and decode.
+            fetch = self._fetching.get(name)
+            if fetch is None:
+                fetch = self._fetching[name] = asyncio.ensure_future(self._fetch(name))
+                fetch.add_done_callback(lambda f: self._dropped(name, f))
+            p = await asyncio.shield(fetch)
+            if p is None:
                 return None
-            p = msgspec.json.decode(got[0], type=Policy)
-            if epoch == self.epoch:
-                await self._remember(name, p, now)
         if rotation_due(p, time.time()):
             p = await self.rotate(name, only_if_due=True) or p
         return p
+
+    async def _fetch(self, name: str) -> Policy | None:
+        now, epoch = time.monotonic(), self.epoch
+        got = await self.storage.get_entry(f"policy/{name}")
+        if got is None:
+            if epoch == self.epoch:
+                self.keys.pop(name, None)
+            return None
+        p = msgspec.json.decode(got[0], type=Policy)
+        if epoch == self.epoch:
+            await self._remember(name, p, now)
+        return p
+
+    def _dropped(self, name: str, fetch: asyncio.Future[Policy | None]) -> None:
+        if self._fetching.get(name) is fetch:
+            del self._fetching[name]
+        if not fetch.cancelled():
+            fetch.exception()  # its waiters got it; never "exception was never retrieved"
 
     async def _remember(self, name: str, p: Policy, now: float) -> None:
         if self.cache_size is None:
@@ -119,6 +138,8 @@ class TransitBackend(Backend):
 
     def forget(self, name: str) -> None:
         self.keys.pop(name, None)
+        # Requests from now on read the changed key, not a read begun before the change.
+        self._fetching.pop(name, None)
         self.epoch += 1
 
     async def fresh(self, name: str) -> Policy | None:
