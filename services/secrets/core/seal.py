@@ -391,7 +391,12 @@ class SealManager:
                         if self.sealed:
                             await self._unsealed(await self._open_keyring(self.static_key()))
                 return
-            got = await self._ask_peers() if self.config is not None else None
+            got = None
+            if self.config is not None:
+                # A bus hiccup (a publish or subscribe refused under load) must not end the
+                # loop: a replica that stops asking stays sealed for good.
+                with contextlib.suppress(Exception):
+                    got = await self._ask_peers()
             if got is not None:
                 async with self._lock:
                     if self.sealed and not self.explicitly_sealed:
