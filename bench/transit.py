@@ -29,13 +29,14 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import closed_loop, trellis_dev
-from bench.vs_openbao import cpu_per_request, process_ticks
+from bench.vs_openbao import CLK_TCK, cpu_per_request, process_ticks
 from tests.openbao import openbao_dev
 
 PLAIN = base64.b64encode(b"x" * 64).decode()
 KEYS = {"aes": "aes256-gcm96", "ed": "ed25519", "rsa": "rsa-2048"}
 
 Call = Callable[[aiohttp.ClientSession, int], Awaitable[bool]]
+IDLE_CORES = 0.05  # a server "at rest" spends less than this share of a core
 
 
 async def prepare(base: str, token: str) -> str:
@@ -76,6 +77,20 @@ def ops(base: str, token: str, ciphertext: str) -> dict[str, Call]:
     return {name: post(path, body) for name, (path, body) in requests_of(ciphertext).items()}
 
 
+async def settle(root: int, window: float = 0.5, deadline: float = 10.0) -> None:
+    """Wait until the processes under `root` are at rest, so that no run pays for work left from
+    the one before (Trellis's crypto workers fill their RSA key pools once an RSA key is made)."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + deadline
+    while loop.time() < give_up:
+        before = sum(t for _, t in process_ticks(root).values())
+        await asyncio.sleep(window)
+        spent = sum(t for _, t in process_ticks(root).values()) - before
+        if spent / CLK_TCK < IDLE_CORES * window:
+            return
+    print(f"  processes under {root} still busy after {deadline:g}s")
+
+
 async def wrk_rate(
     base: str, token: str, path: str, body: dict[str, str], args: Any, root: int
 ) -> tuple[float, dict[str, float]]:
@@ -88,6 +103,7 @@ async def wrk_rate(
             'wrk.headers["Content-Type"] = "application/json"\n'
             f'wrk.headers["X-Vault-Token"] = "{token}"\n'
         )
+    await settle(root)
     before = process_ticks(root)
     proc = await asyncio.create_subprocess_exec(
         "wrk",
@@ -152,7 +168,11 @@ async def run(args: argparse.Namespace) -> int:
             await closed_loop("warm", args.clients, 0.5, bao_ops[name])
             await closed_loop("warm", args.clients, 0.5, tre_ops[name])
             for _ in range(args.rounds):
-                for side, call in (("openbao", bao_ops[name]), ("trellis", tre_ops[name])):
+                for side, call, root in (
+                    ("openbao", bao_ops[name], bao.proc.pid),
+                    ("trellis", tre_ops[name], dev.proc.pid),
+                ):
+                    await settle(root)
                     res = await closed_loop(name, args.clients, args.seconds, call)
                     totals[side][0] += res.count
                     totals[side][1] += res.seconds

@@ -26,10 +26,12 @@ from prometheus_client import Counter, Histogram
 from structlog.contextvars import bind_contextvars, reset_contextvars
 
 from shared import nats_request
-from shared.bus_batch import BATCH_SUFFIX, Answer, BatchClient, ReplyBatcher, items_decoder
+from shared.bus_batch import BATCH_SUFFIX, Answer, BatchClient, Item, ReplyBatcher, items_decoder
+from shared.bus_slots import Slots
 from shared.deferred import Deferred, ParkedReplies
 from shared.errors import BusTimeout, NoResponders, ServiceError
 from shared.messages import BusError
+from shared.nats_inline import InlineClient
 
 log = structlog.get_logger("bus")
 
@@ -144,7 +146,8 @@ class Bus:
                 except Exception:
                     log.exception("reconnect hook failed")
 
-        nc = await nats.connect(
+        nc = InlineClient()
+        await nc.connect(
             servers=[u.strip() for u in url.split(",")],
             name=name,
             max_reconnect_attempts=-1,
@@ -232,7 +235,7 @@ class Bus:
         `batched`: also the batches of requests to it (shared/bus_batch.py), each request
         handled on its own, under the same concurrency bound."""
         dec = decoder_for(request_type)
-        gate = asyncio.Semaphore(concurrency)
+        slots = Slots(concurrency)
 
         def start(work: Awaitable[None]) -> None:
             task = asyncio.create_task(work)
@@ -251,40 +254,48 @@ class Bus:
 
                 await self._handle(msg.subject, msg.data, msg.headers, dec, handler, send)
             finally:
-                gate.release()
+                slots.release()
 
         async def on_message(msg: Msg) -> None:
             # Waiting here holds back this subscription's delivery: natural backpressure.
-            await gate.acquire()
+            await slots.acquire()
             start(run(msg))
 
-        async def run_item(
-            item_id: int, data: bytes, hdrs: dict[str, str] | None, reply: str
-        ) -> None:
+        async def run_item(item: Item, reply: str) -> None:
             try:
 
                 async def send(out: bytes, error: bool) -> None:
-                    self._replies.add(reply, Answer(item_id, out, error))
+                    self._replies.add(reply, Answer(item.id, out, error))
 
-                await self._handle(subject, data, hdrs, dec, handler, send)
+                await self._handle(subject, item.data, item.headers, dec, handler, send)
             finally:
-                gate.release()
+                slots.release()
 
-        async def on_batch(msg: Msg) -> None:
+        def start_item(job: tuple[Item, str]) -> None:
+            start(run_item(*job))
+
+        def on_batch(
+            batch_subject: str, reply: str, data: bytes, _h: dict[str, str] | None
+        ) -> None:
             try:
-                items = items_decoder.decode(msg.data)
+                items = items_decoder.decode(data)
             except msgspec.DecodeError:
-                log.warning("malformed batch", subject=msg.subject)
+                log.warning("malformed batch", subject=batch_subject)
                 return
-            for item in items:
-                await gate.acquire()
-                start(run_item(item.id, item.data, item.headers, msg.reply))
+            dropped = sum(not slots.start(start_item, (it, reply), len(it.data)) for it in items)
+            if dropped:
+                log.warning("overloaded: requests dropped", subject=subject, dropped=dropped)
+
+        async def on_batch_msg(msg: Msg) -> None:
+            on_batch(msg.subject, msg.reply, msg.data, msg.headers)
 
         group = queue or ""
         self._subs.append(await self.nc.subscribe(subject, queue=group, cb=on_message))
         if batched:
-            batches = subject + BATCH_SUFFIX
-            self._subs.append(await self.nc.subscribe(batches, queue=group, cb=on_batch))
+            sub = await self.nc.subscribe(subject + BATCH_SUFFIX, queue=group, cb=on_batch_msg)
+            if isinstance(self.nc, InlineClient):
+                self.nc.deliver_inline(sub, on_batch)
+            self._subs.append(sub)
         # Round trip to the server: once serve() returns, requests find this subscriber.
         await self.nc.flush()
 
@@ -348,8 +359,11 @@ class Bus:
         for sub in self._subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
-        if self._inflight:
-            await asyncio.wait(list(self._inflight), timeout=20)
+        # Queued batch items start as slots free: wait for those too.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        while self._inflight and (left := deadline - loop.time()) > 0:
+            await asyncio.wait(list(self._inflight), timeout=left)
         await self._parked.close()
         await self._replies.close()
         with contextlib.suppress(Exception):

@@ -22,7 +22,7 @@ from aiohttp.web_request import BaseRequest
 from aiohttp.web_urldispatcher import _default_expect_handler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from services.gateway import metrics, streams, ui
+from services.gateway import metrics, streams, ui, written
 from services.gateway.any_method import OddRequests
 from services.gateway.apis import ApiSpec
 from services.gateway.deadline import request_deadline
@@ -32,6 +32,7 @@ from services.gateway.secure import Channel, service_channel
 from services.gateway.tls import peer_certificates
 from shared.bus import Bus
 from shared.errors import NoResponders, ServiceError
+from shared.logging import request_scope
 from shared.messages import HttpRequest, HttpResponse
 from shared.settings import Settings
 from shared.subjects import ECHO
@@ -40,7 +41,6 @@ log = structlog.get_logger("gateway")
 
 # Hop-by-hop and framing headers are the gateway's business, not the service's.
 _DROP_IN = {"host", "connection", "content-length", "transfer-encoding", "keep-alive", "upgrade"}
-_DROP_OUT = {"content-length", "transfer-encoding", "connection", "date", "server"}
 _JSON = {"Content-Type": "application/json"}
 
 # How long to keep re-sending a request nobody received (a replica restarting, a rollout).
@@ -153,9 +153,8 @@ def create_app(
             await request.writer.drain()
         rid = request.headers.get("X-Request-Id") or new_request_id()
         request[REQUEST_ID] = rid
-        # Overwrites the previous request's keys on this connection; nothing else in the
-        # gateway binds any, so there is nothing to clear (which cost more than the binding).
-        structlog.contextvars.bind_contextvars(request_id=rid, api=api_name)
+        # Every line logged while serving it carries the ids (the task is this request's own).
+        request_scope.set((rid, api_name))
         start = time.perf_counter()
         status = 500
         stats.in_flight += 1
@@ -233,14 +232,24 @@ def create_app(
             return _error(api, exc.code, exc.message, request[REQUEST_ID])
         return web.Response(status=reply.status, body=reply.body, content_type="application/json")
 
-    async def proxy(request: BaseRequest) -> web.Response:
+    async def api_answer(request: BaseRequest) -> web.StreamResponse | HttpResponse:
+        """The API's answer: the gateway's own (an error, a stream) or the reply to pass on."""
         rid: str = request[REQUEST_ID]
         if request.content_length is not None and request.content_length > limit:
             return _error(api, 413, f"request body exceeds the limit of {limit} bytes", rid)
         if required_header and not any(h in request.headers for h in required_header):
             return _error(api, 412, "missing required request header X-Svc-Request", rid)
-        # No body to read (most reads): skip the read loop.
-        body = await request.read() if request.body_exists else b""
+        content = request.content
+        if not request.body_exists:
+            body = b""  # most reads: nothing to read
+        elif content.is_eof():
+            # The whole body came with the head (the usual case): take it as it lies, without
+            # aiohttp's read loop (a broken body raises here as it would there).
+            body = content.read_nowait()
+            if len(body) > limit:
+                return _error(api, 413, f"request body exceeds the limit of {limit} bytes", rid)
+        else:
+            body = await request.read()
         if len(body) + 64 * 1024 > bus.max_payload:
             return _error(
                 api,
@@ -254,7 +263,7 @@ def create_app(
             answer = local.answer(request.method, path, request.query_string, request.headers)
             if answer is not None:
                 stats.local_answers += 1
-                return web.Response(status=answer[0], body=answer[1], headers=_JSON)
+                return HttpResponse(status=answer[0], body=answer[1], headers=_JSON)
         headers: dict[str, str] = {}
         for k, v in request.headers.items():
             low = k.lower()
@@ -301,8 +310,23 @@ def create_app(
         finally:
             if local is not None and local.changes_state(env.method, path):
                 local.forget()
-        out = {k: v for k, v in reply.headers.items() if k.lower() not in _DROP_OUT}
-        return web.Response(status=reply.status, body=reply.body, headers=out)
+        return reply
+
+    async def proxy(request: BaseRequest) -> web.StreamResponse:
+        """The API's answer as a Response, for the console, which adds headers to it."""
+        out = await api_answer(request)
+        if isinstance(out, HttpResponse):
+            return written.ordinary(out.status, out.headers, out.body)
+        return out
+
+    async def forwarded(request: BaseRequest) -> web.StreamResponse:
+        """The API's answer, a reply written straight to the connection."""
+        out = await api_answer(request)
+        if isinstance(out, HttpResponse):
+            return await written.write_reply(
+                request, out.status, out.headers, out.body, request[REQUEST_ID]
+            )
+        return out
 
     # The web console; `ui_proxies` (shared by the gateway's listeners) lets it reach all three.
     ui_proxies = {} if ui_proxies is None else ui_proxies
@@ -327,6 +351,6 @@ def create_app(
             page = console(method, path)
             if page is not None:
                 return page
-        return proxy
+        return forwarded
 
     return Listener(handle, limit)

@@ -158,8 +158,7 @@ async def test_failover_drill() -> None:
             and demoted["cluster_id"] == (await b.status())["cluster_id"]
         )
         assert a.repl is not None
-        info = await a.repl.js.stream_info(f"KV_{a.repl.bucket}")
-        first_seq = info.state.first_seq
+        before = (await a.repl.js.stream_info(f"KV_{a.repl.bucket}")).state
 
         await b.req("POST", DR + "primary/enable", json={})  # already primary: a no-op 400
         token = await secondary_token(b, "old-primary")
@@ -172,8 +171,13 @@ async def test_failover_drill() -> None:
         )
         assert code in (200, 204), body
         await caught_up(b, a, within=30)
-        info = await a.repl.js.stream_info(f"KV_{a.repl.bucket}")
-        assert info.state.first_seq == first_seq, "the old primary's storage was wiped"
+        after = (await a.repl.js.stream_info(f"KV_{a.repl.bucket}")).state
+        # The Merkle sync re-sends whole buckets, so an unchanged key that shares a bucket with
+        # a changed one is written again (same value, new sequence): the first sequence may
+        # move. A wipe would leave none of the entries stored before; the sync keeps most.
+        kept = after.messages - (after.last_seq - before.last_seq)
+        assert after.first_seq <= before.last_seq, "the old primary's storage was wiped"
+        assert kept >= before.messages // 2, (kept, before.messages)
         for i in range(10):
             code, body = await b.req("GET", f"/v1/secret/data/after/{i}", token=reader)
             assert code == 403 or code == 200  # reader's policy covers drill/ only

@@ -385,6 +385,21 @@ def test_oidc_auth_url_and_callback(
         c.auth.oidc.oidc_callback(q["state"], "", q["code"], path=mount)
 
 
+def test_a_failed_callback_consumes_its_state(
+    root: hvac.Client, server: DevProcess, provider: Provider
+) -> None:
+    mount, role, redirect = oidc_mount(root, provider)
+    c = hvac.Client(url=server.secrets)
+    url = c.auth.oidc.oidc_authorization_url_request(role, redirect, path=mount)["data"]["auth_url"]
+    back = provider.approve(url, subject="dave", email=f"{name('u')}@example.com", groups=[])
+    q = {k: v[0] for k, v in parse_qs(urlsplit(back).query).items()}
+    with pytest.raises(hvac.exceptions.InvalidRequest, match="exchanging oidc code"):
+        c.auth.oidc.oidc_callback(q["state"], "", q["code"] + "x", path=mount)
+    # As in OpenBao, the state went with the failed attempt: the genuine code comes too late.
+    with pytest.raises(hvac.exceptions.InvalidRequest, match="OAuth state"):
+        c.auth.oidc.oidc_callback(q["state"], "", q["code"], path=mount)
+
+
 def secrets_writes(server: DevProcess) -> int:
     """The sequence of the secrets bucket's stream: it grows with every write to storage."""
     user, password = read_credentials(credentials(Path(server.data_dir))["secrets"])

@@ -95,11 +95,23 @@ async def crash_services(site: Site) -> None:
     for bus in [site.repl_bus, *site.cluster.buses]:
         if bus is not None:
             with contextlib.suppress(Exception):
-                await bus.nc.close()
+                await _close_dead(bus)
     # A dead gateway does not wait for requests in flight (they would wait for their timeout).
     for runner in site.cluster.gateway.runners:
         runner._shutdown_timeout = 0.1
     await stop_services(site)
+
+
+async def _close_dead(bus: Bus) -> None:
+    """Close a connection whose server is gone. nats-py's close() then cancels the reconnect
+    attempt under way and may raise that attempt's CancelledError: swallowed, unless this
+    task is the one being cancelled."""
+    try:
+        await bus.nc.close()
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
 
 
 def kill_nats(site: Site) -> None:

@@ -42,7 +42,7 @@ class FakeNats:
         self.subscribed.append(subject)
         self.cb = cb
 
-    async def publish(self, subject: str, payload: bytes, reply: str = "") -> None:
+    def publish_nowait(self, subject: str, payload: bytes, reply: str = "") -> None:
         self.published.append((subject, payload, reply))
 
 
@@ -151,6 +151,22 @@ async def test_each_item_times_out_on_its_own() -> None:
     assert not patient.done()
     await _answer_all(nc)
     assert (await patient).data == b"P"
+
+
+async def test_one_batch_timer_still_fails_each_item_at_its_own_deadline() -> None:
+    nc = FakeNats()
+    client = BatchClient(nc)  # type: ignore[arg-type]
+    started = time.monotonic()
+    quick = asyncio.ensure_future(client.request("s.batch", b"q", timeout=0.05))
+    later = asyncio.ensure_future(client.request("s.batch", b"l", timeout=0.3))
+    await _until(lambda: len(nc.published) == 1)
+    with pytest.raises(nats.errors.TimeoutError):
+        await quick
+    assert not later.done()
+    with pytest.raises(nats.errors.TimeoutError):
+        await later
+    assert time.monotonic() - started >= 0.3
+    assert not client._pending and not client._batches
 
 
 async def test_no_responders_fails_the_batch_and_each_item_retries_once() -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
@@ -64,6 +65,39 @@ def write(tmp: Path, name: str, text: str) -> str:
     path = tmp / name
     path.write_text(text)
     return str(path)
+
+
+@pytest.mark.parametrize(
+    ("forms", "markers"),
+    [
+        (["traditional"], {"private_key": "BEGIN EC PRIVATE KEY"}),
+        (["pkcs8"], {"private_key_pkcs8": "BEGIN PRIVATE KEY"}),
+        (
+            ["traditional", "pkcs8"],
+            {"private_key": "BEGIN EC PRIVATE KEY", "private_key_pkcs8": "BEGIN PRIVATE KEY"},
+        ),
+    ],
+)
+def test_issue_returns_only_the_key_forms_asked_for(
+    chain: dict[str, Any], forms: list[str], markers: dict[str, str]
+) -> None:
+    leaf = run_local(
+        "x509_issue",
+        {
+            "key_type": "ec",
+            "signer": chain["int_signer"],
+            "cert": spec(f"forms-{'-'.join(forms)}.example.com", hours=1),
+            "key_forms": forms,
+        },
+    )
+    got = {k: v for k, v in leaf.items() if k in ("private_key", "private_key_pkcs8")}
+    assert sorted(got) == sorted(markers)
+    cert_key = x509.load_pem_x509_certificate(leaf["certificate"].encode()).public_key()
+    for field, marker in markers.items():
+        assert marker in got[field]
+        key = serialization.load_pem_private_key(got[field].encode(), None)
+        assert key.public_key() == cert_key  # the key the certificate was issued for
+    assert leaf["private_key_type"] == "ec"
 
 
 def test_leaf_chain_verifies_with_openssl(chain: dict[str, Any], tmp_path: Path) -> None:

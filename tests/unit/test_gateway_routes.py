@@ -6,6 +6,7 @@ it; no NATS."""
 
 from __future__ import annotations
 
+import asyncio
 import types
 import uuid
 from collections.abc import AsyncIterator
@@ -27,11 +28,13 @@ class _Service:
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, str]] = []
+        self.bodies: list[bytes] = []
 
     async def call(
         self, env: HttpRequest, *, timeout: float, request_id: str = "", caller: str = ""
     ) -> HttpResponse:
         self.seen.append((env.method, env.path))
+        self.bodies.append(env.body)
         body = f"{env.method} {env.path}".encode()
         return HttpResponse(status=200, body=body, headers={"Content-Type": "text/plain"})
 
@@ -110,3 +113,34 @@ async def test_expect_and_the_body_limit_are_answered_before_the_api(listener: L
             assert "exceeds the limit of 1024 bytes" in (await r.json())["errors"][0]
             assert "X-Request-Id" in r.headers
     assert listener.service.seen == [("POST", "/v1/kv/data/x")]
+
+
+async def _raw_answer(url: str, request: bytes) -> bytes:
+    """The listener's whole answer to `request`, sent in one write (so its body arrives with
+    its head) on a connection the request closes."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(request)
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    return answer
+
+
+def _chunked_post(path: str, body: bytes) -> bytes:
+    head = f"POST {path} HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n"
+    head += "Connection: close\r\n\r\n"
+    return head.encode() + f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
+
+
+async def test_a_chunked_body_that_came_whole_is_passed_on_or_refused_by_size(
+    listener: Listener,
+) -> None:
+    within = b'{"plaintext":"' + b"y" * 900 + b'"}'
+    answer = await _raw_answer(listener.url, _chunked_post("/v1/transit/encrypt/k", within))
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    assert listener.service.bodies == [within]
+    answer = await _raw_answer(listener.url, _chunked_post("/v1/kv/data/x", b"z" * 1025))
+    assert answer.startswith(b"HTTP/1.1 413 ")
+    assert b"exceeds the limit of 1024 bytes" in answer and b"X-Request-Id: " in answer
+    assert listener.service.seen == [("POST", "/v1/transit/encrypt/k")]

@@ -8,6 +8,7 @@ import asyncio
 from typing import Any, cast
 
 import msgspec
+import pytest
 
 from services.secrets.engines.pki.cache import ConfigCache
 from services.secrets.engines.pki.roles import Role
@@ -108,3 +109,64 @@ async def test_requests_arriving_together_share_one_generation_read() -> None:
     # A change acknowledged before the requests were asked is seen by every one of them.
     await a.put("role/web", Role(name="web", ttl=90))
     assert await asyncio.gather(*(role_ttl(b, "web") for _ in range(8))) == [90] * 8
+
+
+async def test_a_derived_value_is_built_once_until_a_change() -> None:
+    storage = SharedStorage()
+    a, b = replica(storage), replica(storage)
+    await a.put("role/memo-web", Role(name="memo-web", ttl=60))
+    builds: list[int | None] = []
+
+    async def derived_ttl(cache: ConfigCache) -> int | None:
+        async def build() -> int | None:
+            role = await cache.get_obj("role/memo-web", Role)
+            builds.append(None if role is None else role.ttl)
+            return builds[-1]
+
+        await cache.refresh()
+        return await cache.memo(("ttl", "memo-web"), build)
+
+    assert [await derived_ttl(b) for _ in range(4)] == [60] * 4
+    assert builds == [60]
+    await a.put("role/memo-web", Role(name="memo-web", ttl=90))  # through the other replica
+    assert [await derived_ttl(b) for _ in range(3)] == [90] * 3
+    assert builds == [60, 90]
+
+
+async def test_a_failed_build_is_not_kept() -> None:
+    cache = replica(SharedStorage())
+    calls = 0
+
+    async def build() -> str:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise ValueError("no such role")
+        return "built"
+
+    with pytest.raises(ValueError, match="no such role"):
+        await cache.memo("memo-fails-once", build)
+    assert await cache.memo("memo-fails-once", build) == "built"
+    assert await cache.memo("memo-fails-once", build) == "built"
+    assert calls == 2
+
+
+async def test_a_value_built_across_a_change_is_not_kept() -> None:
+    storage = SharedStorage()
+    cache = replica(storage)
+    storage.data["role/memo-race"] = msgspec.json.encode(Role(name="memo-race", ttl=60))
+    await cache.refresh()
+    storage.hold = asyncio.Event()
+
+    async def build() -> int | None:
+        role = await cache.get_obj("role/memo-race", Role)
+        return None if role is None else role.ttl
+
+    slow = asyncio.create_task(cache.memo("memo-race", build))  # reads ttl=60, then waits
+    await asyncio.wait_for(storage.held.wait(), 10)
+    await cache.put("role/memo-race", Role(name="memo-race", ttl=120))
+    storage.hold.set()
+    assert await slow == 60  # that request began before the change
+    storage.hold = None
+    await cache.refresh()
+    assert await cache.memo("memo-race", build) == 120

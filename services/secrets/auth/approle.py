@@ -36,6 +36,7 @@ from services.secrets.auth.token_params import (
 from services.secrets.errors import SecretsError, bad_request, not_found, permission_denied
 from services.secrets.framework.backend import Backend
 from services.secrets.framework.fields import CommaList, Duration, desc
+from services.secrets.framework.listing import list_prefix, listing
 from services.secrets.framework.path import NoFields, Op, Operation, Path, write
 from services.secrets.framework.request import Request, Response
 from shared import jsonbody
@@ -458,10 +459,7 @@ class AppRoleBackend(Backend):
             return await self._role(f.role_name) is not None
 
         async def list_roles(req: Request, _: NoFields) -> Response:
-            keys = await self.storage.list("role/")
-            if not keys:
-                raise not_found()
-            return Response(data={"keys": keys})
+            return await list_prefix(self.storage, "role/")
 
         async def read_role(req: Request, f: RoleFields) -> Response:
             got = await self._role(f.role_name)
@@ -508,9 +506,7 @@ class AppRoleBackend(Backend):
                 entry = await self.storage.get_obj(self._sid_key(role, secret_hmac), SecretIdEntry)
                 if entry is not None and not entry.spent:
                     keys.append(entry.accessor)
-            if not keys:
-                raise not_found()
-            return Response(data={"keys": sorted(keys)})
+            return listing(sorted(keys))
 
         async def lookup_secret_id(req: Request, f: SecretIdLookup) -> Response:
             if not f.secret_id:

@@ -31,6 +31,7 @@ from services.secrets.auth.token_params import (
 from services.secrets.errors import bad_request, not_found, permission_denied, unsupported_path
 from services.secrets.framework.backend import Backend
 from services.secrets.framework.fields import CommaList, Duration, desc
+from services.secrets.framework.listing import list_prefix
 from services.secrets.framework.path import NoFields, Op, Operation, Path, write
 from services.secrets.framework.request import Request, Response
 
@@ -267,10 +268,7 @@ class CertBackend(Backend):
     # ---- paths ----------------------------------------------------------------------------
     def build_paths(self) -> list[Path]:
         async def list_certs(req: Request, _: NoFields) -> Response:
-            keys = await self.storage.list("cert/")
-            if not keys:
-                raise not_found()
-            return Response(data={"keys": keys})
+            return await list_prefix(self.storage, "cert/")
 
         async def read_cert(req: Request, f: CertFields) -> Response:
             entry = await self._entry(_name(f.name))
@@ -351,10 +349,7 @@ class CertBackend(Backend):
             return Response()
 
         async def list_crls(req: Request, _: NoFields) -> Response:
-            keys = await self.storage.list("crls/")
-            if not keys:
-                raise not_found()
-            return Response(data={"keys": keys})
+            return await list_prefix(self.storage, "crls/")
 
         async def read_crl(req: Request, f: CrlFields) -> Response:
             name = _name(f.name)

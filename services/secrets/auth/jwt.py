@@ -25,6 +25,7 @@ from services.secrets.auth.token_params import addr_allowed
 from services.secrets.errors import bad_request, not_found, permission_denied
 from services.secrets.framework.backend import Backend
 from services.secrets.framework.fields import desc
+from services.secrets.framework.listing import list_prefix
 from services.secrets.framework.path import NoFields, Op, Operation, Path, write
 from services.secrets.framework.request import Request, Response
 
@@ -110,10 +111,7 @@ class JwtBackend(Backend):
             return Response()
 
         async def list_roles(req: Request, _: NoFields) -> Response:
-            keys = await self.storage.list(ROLES)
-            if not keys:
-                raise not_found()
-            return Response(data={"keys": keys})
+            return await list_prefix(self.storage, ROLES)
 
         async def login(req: Request, f: LoginFields) -> Response:
             config = await self.config()

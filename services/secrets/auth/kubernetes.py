@@ -40,6 +40,7 @@ from services.secrets.errors import (
 )
 from services.secrets.framework.backend import Backend
 from services.secrets.framework.fields import CommaList, Duration, desc
+from services.secrets.framework.listing import list_prefix
 from services.secrets.framework.path import NoFields, Op, Operation, Path, write
 from services.secrets.framework.request import Request, Response
 from services.secrets.globs import glob
@@ -259,10 +260,7 @@ class KubernetesBackend(Backend):
             return await self._role(_name(f.name)) is not None
 
         async def list_roles(req: Request, _: NoFields) -> Response:
-            keys = await self.storage.list("role/")
-            if not keys:
-                raise not_found()
-            return Response(data={"keys": keys})
+            return await list_prefix(self.storage, "role/")
 
         async def read_role(req: Request, f: RoleFields) -> Response:
             role = await self._role(_name(f.name))

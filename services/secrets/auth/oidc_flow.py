@@ -5,7 +5,8 @@ authorization URL, whose `state` carries the login's sealed state (nonce, PKCE v
 redirect URI; oidc_state.py), so the call writes nothing and the callback may reach any replica.
 `oidc/callback` (a GET, or a form POST with response_mode form_post) opens the state, exchanges
 the code at the provider's token endpoint with the client credentials, verifies the ID token
-(signature, issuer, audience, nonce) and logs in, once per state.
+(signature, issuer, audience, nonce) and logs in. A state serves one callback, whatever its
+outcome.
 """
 
 from __future__ import annotations
@@ -139,7 +140,9 @@ class OidcFlow:
         if config is None or not config.is_oidc():
             raise bad_request(LOGIN_FAILED + "Could not load configuration")
         state = await self.states.open(f.state)
-        if state is None:
+        # Consumed before anything else, whatever the outcome (as OpenBao does): a failed
+        # callback cannot be retried, nor its code replayed, with the same state.
+        if state is None or not await self.states.use(state):
             raise bad_request(LOGIN_FAILED + "Expired or missing OAuth state.")
         role = await self.b.role(state.role)
         if role is None:
@@ -162,10 +165,7 @@ class OidcFlow:
         if role.bound_subject and claims.get("sub") != role.bound_subject:
             raise bad_request(LOGIN_FAILED + "sub claim does not match bound subject")
         claims.pop("nonce", None)
-        auth = authorize(req, state.role, role, claims, prefix=LOGIN_FAILED)
-        if not await self.states.use(state):
-            raise bad_request(LOGIN_FAILED + "Expired or missing OAuth state.")
-        return Response(auth=auth)
+        return Response(auth=authorize(req, state.role, role, claims, prefix=LOGIN_FAILED))
 
     async def _exchange(self, config: JwtConfig, state: OidcState, code: str) -> str:
         try:

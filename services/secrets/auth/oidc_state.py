@@ -4,8 +4,8 @@
 The state (role, redirect URI, nonce, PKCE verifier, expiry) is sealed with AES-256-GCM under a
 key kept in the mount's barrier storage and becomes the `state` parameter itself; whichever
 replica receives the callback opens it. Sealed, not merely signed: the PKCE verifier must stay
-secret from the browser. A state serves one login: a verified login records the state's id
-until the state expires, so only real logins write.
+secret from the browser. A state serves one callback, whatever its outcome: the callback
+records the state's id until the state expires, so only callbacks with a genuine state write.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ class OidcStates:
         return state
 
     async def use(self, state: OidcState) -> bool:
-        """Record that `state` logged in; False if another callback used it first."""
+        """Record that a callback took `state`; False if another callback took it first."""
         await self._sweep()
         try:
             await self.storage.create(

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from services.secrets.auth.token_lookup import LookupRenderer
 from services.secrets.core.dispatch import auth_block
 from services.secrets.core.namespaces import ROOT
 from services.secrets.core.tokens import TokenEntry, random_b62
@@ -291,7 +292,11 @@ class TokenBackend(Backend):
         async def create_orphan(req: Request, f: CreateFields) -> Response:
             return await self._create(req, f, orphan=True)
 
+        rendered = LookupRenderer(lambda e, include_id: lookup_data(e, include_id=include_id))
+
         async def shown(entry: TokenEntry, *, include_id: bool) -> Response:
+            if not entry.entity_id and entry.type != "batch":  # batch entries are per lookup
+                return Response(data=rendered.render(entry, include_id=include_id))
             data = lookup_data(entry, include_id=include_id)
             if entry.entity_id:
                 ns = self.core.namespaces.by_id.get(entry.namespace_id, ROOT)

@@ -43,6 +43,7 @@ from services.secrets.errors import (
 )
 from services.secrets.framework.backend import Backend
 from services.secrets.framework.fields import CommaList, Duration, desc
+from services.secrets.framework.listing import list_prefix
 from services.secrets.framework.path import NoFields, Op, Operation, Path, write
 from services.secrets.framework.request import Request, Response
 from shared.storage import CasConflict
@@ -224,10 +225,7 @@ class UserpassBackend(Backend):
             return await self._user(self._name(f.username)) is not None
 
         async def list_users(req: Request, _: NoFields) -> Response:
-            keys = await self.storage.list("user/")
-            if not keys:
-                raise not_found()
-            return Response(data={"keys": keys})
+            return await list_prefix(self.storage, "user/")
 
         async def read_user(req: Request, f: UserFields) -> Response:
             got = await self._user(self._name(f.username))

@@ -19,6 +19,7 @@ from services.secrets.core.barrier import Barrier
 from services.secrets.core.expiration import ExpirationManager, LeaseEntry
 from services.secrets.core.mounts import MountEntry, MountTable, MountTableDoc, new_entry
 from services.secrets.core.namespaces import Namespace, NamespaceStore
+from services.secrets.core.plans import RequestPlans
 from services.secrets.core.policies import PolicyStore
 from services.secrets.core.seal import SealManager
 from services.secrets.core.tokens import TokenStore
@@ -69,6 +70,7 @@ class Core:
         self.expiration = ExpirationManager(self, is_leader)
         self.wrapping = WrappingManager(self)
         self.tables: dict[str, MountTable] = {}
+        self.plans = RequestPlans()
         self._reload_lock = asyncio.Lock()
         self.cluster_id = ""
         # True once unsealed AND the mount tables are loaded: until then requests see "sealed".
@@ -106,12 +108,13 @@ class Core:
             await self.post_unseal()
             await self.ensure_initial_mounts()
             root = await self.tokens.create_root()
+            if self.seal.config is not None and self.seal.config.type != "static":
+                await self.pre_seal()
+                self.barrier.seal()
         finally:
+            # Only once sealed again: until then no peer may take the keyring.
             self.seal.initializing = False
-        if self.seal.config is not None and self.seal.config.type != "static":
-            await self.pre_seal()
-            self.barrier.seal()
-        else:
+        if self.seal.config is None or self.seal.config.type == "static":
             await self.seal.announce_unsealed()
         return root
 
@@ -153,6 +156,7 @@ class Core:
         self.tokens.invalidate_local()
         await self.expiration.stop()
         self.tables.clear()
+        self.plans.clear()
         self.policies.invalidate()
 
     async def reload(self) -> None:

@@ -2,7 +2,8 @@
 
 parse -> seal check -> namespace -> mount -> path -> fields -> create/update -> token -> ACL ->
 handler -> leases / login tokens / wrapping -> JSON. Every failure becomes the documented status
-with an `errors` body; anything unexpected is logged and answered 500 without internals.
+with an `errors` body; anything unexpected is logged and answered 500 without internals. A plain
+GET seen before with the same token skips to the handler by its plan (core/plans.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import structlog
 
 from services.secrets.auth.token_params import addr_allowed
 from services.secrets.core.namespaces import ROOT
+from services.secrets.core.plans import Plan, copyable
 from services.secrets.core.tokens import TokenEntry, random_b62
 from services.secrets.errors import (
     SecretsError,
@@ -142,6 +144,10 @@ async def handle_http(core: Core, env: HttpRequest) -> HttpResponse:
 
 
 async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
+    if env.method == "GET" and not env.query:
+        planned = await _run_planned(core, env)
+        if planned is not None:
+            return planned
     raw_path = unquote(env.path)
     if not raw_path.startswith("/v1/"):
         return error_response(404, [f"no handler for {raw_path}: every route starts with /v1/"])
@@ -173,6 +179,7 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
         )
     # Before unseal only a few system paths answer, all in the root namespace.
     sealed_now = core.sealed
+    ns_header = ""
     if sealed_now:
         if path.rstrip("/") not in SEALED_OK and not path.startswith(DR_PREFIX):
             raise sealed()
@@ -261,6 +268,35 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
         if used is None:
             raise permission_denied()
         req.token = used
+        if (
+            method == "GET"
+            and not env.query
+            and not ns_header
+            and len(core.namespaces.by_path) == 1
+            and mount is not None
+            and used is entry
+            and entry.num_uses == 0
+            and not entry.entity_id
+            and not unknown
+            and copyable(fields)
+        ):
+            core.plans.put(
+                env.path,
+                token_id,
+                Plan(
+                    table=table,
+                    generation=table.generation,
+                    paths=backend.paths,
+                    backend=backend,
+                    mount=mount,
+                    rel=rel,
+                    routed=routed,
+                    fields=fields,
+                    entry=entry,
+                    acl=acl,
+                    capabilities=req.capabilities,
+                ),
+            )
     elif token_id and not sealed_now:
         req.token = await _authenticate(core, token_id, env.remote_addr)
 
@@ -271,6 +307,44 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
         resp.warnings.append(
             f"Endpoint ignored these unrecognized parameters: [{' '.join(unknown)}]"
         )
+    return await _render(core, env, req, backend, resp)
+
+
+async def _run_planned(core: Core, env: HttpRequest) -> HttpResponse | None:
+    """A plain GET answered by its plan (core/plans.py); None: the full pipeline decides (and
+    plans it again)."""
+    if core.sealed or core.dr_mode == "secondary" or len(core.namespaces.by_path) != 1:
+        return None
+    if header(env, "x-svc-namespace", "x-vault-namespace"):
+        return None
+    token_id = client_token(env)
+    plan = core.plans.get(env.path, token_id, core.tables.get(ROOT.id))
+    if plan is None:
+        return None
+    entry = await _authenticate(core, token_id, env.remote_addr)
+    if entry is not plan.entry or entry.num_uses != 0:
+        return None
+    if await core.policies.acl(ROOT, entry.policies) is not plan.acl:
+        return None
+    backend, mount = plan.backend, plan.mount
+    req = Request(
+        op=Op.READ,
+        path=plan.rel,
+        mount_path=mount.path,
+        namespace=ROOT,
+        data={},
+        headers=env.headers,
+        storage=backend.storage,
+        core=core,
+        mount=mount,
+        token=entry,
+        client_token=token_id,
+        request_id=env.request_id,
+        remote_addr=env.remote_addr,
+        client_certs=env.client_certs,
+        capabilities=plan.capabilities,
+    )
+    resp = await backend.call(plan.routed, Op.READ, req, plan.fields_for())
     return await _render(core, env, req, backend, resp)
 
 

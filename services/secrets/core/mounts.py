@@ -83,6 +83,8 @@ class MountTable:
         self._by_head: dict[str, list[str]] = {}
         # Revisions of the stored mount and auth tables this table was built from.
         self.revisions: tuple[int, int] = (0, 0)
+        # Bumped by every change in place, so what was read off the table can tell it is stale.
+        self.generation = 0
 
     def set(self, entry: MountEntry, backend: Backend) -> None:
         self.entries[entry.path] = entry
@@ -100,6 +102,7 @@ class MountTable:
         for mp in sorted(self.entries, key=len, reverse=True):
             by_head.setdefault(mp.partition("/")[0], []).append(mp)
         self._by_head = by_head
+        self.generation += 1
 
     def match(self, path: str) -> MountEntry | None:
         """The mount whose path is the longest prefix of `path` (a mount path matches with or

@@ -300,13 +300,26 @@ class SealManager:
                 # A promoted secondary may be unsealed by one replica (unseal_with_key): the
                 # others take its keyring, as a starting replica does.
                 self.explicitly_sealed = False
-                if self._handoff_task is None or self._handoff_task.done():
-                    self._handoff_task = asyncio.create_task(self._join_unsealed_peers())
+                self.keep_joining()
+
+    def keep_joining(self) -> None:
+        """Ask the peers for the keyring until unsealed, unless that is under way already."""
+        if self._handoff_task is None or self._handoff_task.done():
+            self._handoff_task = asyncio.create_task(self._join_unsealed_peers())
 
     async def _unsealed(self, keyring: Keyring) -> None:
         self.explicitly_sealed = False
         self.core.barrier.unseal(keyring)
-        await self.core.post_unseal()
+        try:
+            await self.core.post_unseal()
+        except Exception:
+            # Keys in but tables not loaded answers "sealed" for good while ignoring shares
+            # and peers (both wait for a sealed barrier): close it again and keep asking.
+            with contextlib.suppress(Exception):
+                await self.core.pre_seal()
+            self.core.barrier.seal()
+            self.keep_joining()
+            raise
         log.info("unsealed", node=self.node_id)
 
     async def seal(self, *, broadcast: bool = True) -> None:
@@ -371,7 +384,7 @@ class SealManager:
         if self.config is not None and self.config.type == "static":
             await self._unsealed(await self._open_keyring(self.static_key()))
             return
-        self._handoff_task = asyncio.create_task(self._join_unsealed_peers())
+        self.keep_joining()
 
     async def announce_unsealed(self) -> None:
         """After an init with the static seal, peers waiting for a keyring can take ours."""
@@ -379,9 +392,10 @@ class SealManager:
 
     async def _join_unsealed_peers(self) -> None:
         """Ask peers for the keyring until one has it, we are unsealed by shares, or someone
-        seals the cluster on purpose."""
+        seals the cluster on purpose. An init opens this replica's barrier for a moment
+        (Core.first_unseal) and closes it again: that is no reason to stop."""
         delay = 0.2
-        while self.sealed and not self.explicitly_sealed:
+        while (self.sealed or self.initializing) and not self.explicitly_sealed:
             if self.config is None:
                 with contextlib.suppress(Exception):
                     await self.load_config()
@@ -398,10 +412,13 @@ class SealManager:
                 with contextlib.suppress(Exception):
                     got = await self._ask_peers()
             if got is not None:
-                async with self._lock:
-                    if self.sealed and not self.explicitly_sealed:
-                        await self._unsealed(got)
-                return
+                try:
+                    async with self._lock:
+                        if self.sealed and not self.explicitly_sealed:
+                            await self._unsealed(got)
+                    return
+                except Exception:
+                    log.warning("unseal with a peer's keyring failed; asking again", exc_info=True)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
 

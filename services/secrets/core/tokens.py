@@ -184,10 +184,29 @@ class TokenStore:
         if entry.parent:
             writes.append(view.put(f"parent/{entry.parent}/{key}", b""))
         # Every write settles before the answer, even when one fails.
-        for result in await asyncio.gather(*writes, return_exceptions=True):
-            if isinstance(result, BaseException):
-                raise result
+        results = await asyncio.gather(*writes, return_exceptions=True)
+        failed = next((r for r in results if isinstance(r, BaseException)), None)
+        if failed is not None:
+            await self._undo_create(entry, key)
+            raise failed
         return entry
+
+    async def _undo_create(self, entry: TokenEntry, key: str) -> None:
+        """Take back what a failed create wrote: the caller never learns the token, so its
+        record, indexes and lease must not outlive the error. The record is ours to delete: a
+        generated id never collides and a custom one was created alone first. Best effort:
+        what a storage outage leaves behind, readers skip (an index or lease whose record is
+        missing counts as gone)."""
+        view = self._view(entry.namespace_id)
+        assert view is not None
+        undo = [
+            view.delete(f"accessor/{self.hash(entry.accessor)}"),
+            self.core.expiration.forget_auth(entry),
+            view.delete(f"id/{key}"),
+        ]
+        if entry.parent:
+            undo.append(view.delete(f"parent/{entry.parent}/{key}"))
+        await asyncio.gather(*undo, return_exceptions=True)
 
     def mount_of(self, entry: TokenEntry) -> str:
         """The path of the mount a token came from ("" when it is gone)."""

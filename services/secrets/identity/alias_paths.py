@@ -8,6 +8,7 @@ import msgspec
 
 from services.secrets.errors import bad_request, not_found
 from services.secrets.framework.fields import KVPairs
+from services.secrets.framework.listing import listing
 from services.secrets.framework.path import NoFields, Op, Operation, Path, write
 from services.secrets.framework.request import Request, Response
 from services.secrets.identity import views
@@ -230,4 +231,4 @@ def alias_listing(aliases: list[Alias], known: dict[str, tuple[str, str]]) -> Re
         if a.mount_accessor in known:
             entry["mount_type"], entry["mount_path"] = known[a.mount_accessor]
         info[a.id] = entry
-    return views.listing([a.id for a in aliases], info)
+    return listing([a.id for a in aliases], info)

@@ -8,6 +8,7 @@ import msgspec
 
 from services.secrets.errors import bad_request, not_found
 from services.secrets.framework.fields import CommaList, KVPairs
+from services.secrets.framework.listing import listing
 from services.secrets.framework.path import NoFields, Op, Operation, Path, write
 from services.secrets.framework.request import RawResponse, Request, Response
 from services.secrets.identity import views
@@ -156,11 +157,11 @@ def entity_paths(b: IdentityBackend) -> list[Path]:
                         brief["mount_type"], brief["mount_path"] = known[a.mount_accessor]
                     entry["aliases"].append(brief)
             info[e.id] = entry
-        return views.listing([e.id for e in entities], info)
+        return listing([e.id for e in entities], info)
 
     async def list_names(req: Request, _: NoFields) -> Response:
         index = await b.store.fresh()
-        return views.listing([e.name for e in sorted(index.entities.values(), key=lambda e: e.id)])
+        return listing([e.name for e in sorted(index.entities.values(), key=lambda e: e.id)])
 
     async def merge_entities(req: Request, f: MergeFields) -> Response:
         if not f.to_entity_id:

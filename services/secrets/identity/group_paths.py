@@ -9,6 +9,7 @@ import msgspec
 
 from services.secrets.errors import bad_request, not_found
 from services.secrets.framework.fields import CommaList, KVPairs
+from services.secrets.framework.listing import listing
 from services.secrets.framework.path import NoFields, Op, Operation, Path, write
 from services.secrets.framework.request import Request, Response
 from services.secrets.identity import graph, views
@@ -189,11 +190,11 @@ def group_paths(b: IdentityBackend) -> list[Path]:
                     brief["mount_type"], brief["mount_path"] = known[g.alias.mount_accessor]
                 entry["alias"] = brief
             info[g.id] = entry
-        return views.listing([g.id for g in groups], info)
+        return listing([g.id for g in groups], info)
 
     async def list_names(req: Request, _: NoFields) -> Response:
         index = await b.store.fresh()
-        return views.listing([g.name for g in sorted(index.groups.values(), key=lambda g: g.id)])
+        return listing([g.name for g in sorted(index.groups.values(), key=lambda g: g.id)])
 
     # ---- group aliases --------------------------------------------------------------------
     async def alias_upsert(req: Request, f: GroupAliasFields) -> Response:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from services.secrets.errors import not_found
-from services.secrets.framework.request import Response
 from services.secrets.identity import graph
 
 if TYPE_CHECKING:
@@ -107,13 +105,3 @@ def group_view(
         "namespace_id": group.namespace_id,
         "alias": alias,
     }
-
-
-def listing(keys: list[str], info: dict[str, Any] | None = None) -> Response:
-    """A LIST answer; nothing to list is a 404, as Vault answers an empty list."""
-    if not keys:
-        raise not_found()
-    data: dict[str, Any] = {"keys": keys}
-    if info is not None:
-        data["key_info"] = info
-    return Response(data=data)

@@ -10,6 +10,7 @@ import msgspec
 
 from services.secrets.engines.kv import inputs
 from services.secrets.engines.kv.merge_patch import merge_patch
+from services.secrets.engines.kv.read_render import ReadRenderer
 from services.secrets.engines.kv.records import Config, KeyRecord
 from services.secrets.engines.kv.store import (
     INLINE_MAX,
@@ -112,18 +113,14 @@ def paths(backend: KVBackend) -> list[Path]:
     async def exists(req: Request, f: DataPath) -> bool:
         return await key_exists(store, req, f.path)
 
+    rendered = ReadRenderer()
+
     async def read(req: Request, f: DataPath) -> Response:
         found = await read_version(store, f.path, inputs.version_param(req.data.get("version")))
         if isinstance(found, Response):
             return found
-        key, number, raw = found
         # The data goes out as the stored JSON bytes: no decode and re-encode per read.
-        return Response(
-            data={
-                "data": msgspec.Raw(raw),
-                "metadata": version_metadata(key, number, key.versions[number]),
-            }
-        )
+        return Response(data=rendered.render(*found))
 
     async def put(req: Request, f: DataPath) -> Response:
         if f.path.endswith("/"):

@@ -38,6 +38,14 @@ def chain_of(issuer: IssuerEntry, *, without_roots: bool = False) -> list[str]:
     return chain
 
 
+def key_forms(fmt: str, key_format: str) -> list[str]:
+    """The PEM forms of a new key (x509_issue's `key_forms`) that `cert_data` shows."""
+    forms = ["pkcs8" if key_format == "pkcs8" else "traditional"]
+    if fmt == "pem_bundle" and "traditional" not in forms:
+        forms.append("traditional")
+    return forms
+
+
 def cert_data(
     result: dict[str, Any],
     issuer: IssuerEntry | None,
@@ -58,18 +66,15 @@ def cert_data(
         "serial_number": result["serial_number"],
         "expiration": result["not_after"],
     }
-    if key_format is not None and "private_key" in result:
+    with_key = key_format is not None and "private_key_type" in result
+    if with_key:
         key_pem = result["private_key_pkcs8"] if key_format == "pkcs8" else result["private_key"]
         data["private_key"] = der_b64(key_pem) if fmt == "der" else key_pem.strip()
         data["private_key_type"] = result["private_key_type"]
     if fmt == "pem_bundle":
         # The bundle always carries the key in its PKCS#1/SEC1 form, then the certificate and
         # the chain above it (nothing more for a self-signed root).
-        parts = (
-            [result["private_key"].strip()]
-            if (key_format is not None and "private_key" in result)
-            else []
-        )
+        parts = [result["private_key"].strip()] if with_key else []
         parts.append(cert.strip())
         parts += [c.strip() for c in chain if c.strip() != cert.strip()]
         data["certificate"] = "\n".join(parts)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
-from services.secrets.engines.pki import certs, names, urls
+from services.secrets.engines.pki import certs, issue_plan, names
 from services.secrets.engines.pki.keys import key_spec
 from services.secrets.engines.pki.pem import check_format, check_key_format
 from services.secrets.engines.pki.ttl import limit_to_issuer, validity
@@ -24,6 +24,7 @@ from shared import jsonbody
 
 if TYPE_CHECKING:
     from services.secrets.engines.pki.backend import PKIBackend
+    from services.secrets.engines.pki.issue_plan import RoleView
     from services.secrets.engines.pki.models import IssuerEntry
     from services.secrets.engines.pki.roles import Role
 
@@ -64,34 +65,6 @@ def other_sans_of(req: Request, parsed: list[str]) -> list[str]:
     return parsed
 
 
-def subject_of(role: Role | None, cn: str, f: Any) -> dict[str, Any]:
-    src = role if role is not None else f
-    return {
-        "common_name": cn,
-        "ou": list(src.ou),
-        "organization": list(src.organization),
-        "country": list(src.country),
-        "locality": list(src.locality),
-        "province": list(src.province),
-        "street_address": list(src.street_address),
-        "postal_code": list(src.postal_code),
-    }
-
-
-def role_ext_key_usage(role: Role) -> list[str]:
-    out = [
-        name
-        for name, on in (
-            ("ServerAuth", role.server_flag),
-            ("ClientAuth", role.client_flag),
-            ("CodeSigning", role.code_signing_flag),
-            ("EmailProtection", role.email_protection_flag),
-        )
-        if on
-    ]
-    return out + [e for e in role.ext_key_usage if e not in out]
-
-
 def check_csr_key(role: Role, csr: dict[str, Any]) -> None:
     kt, bits = csr["key_type"], csr["key_bits"]
     if role.key_type == "any":
@@ -112,12 +85,13 @@ def check_csr_key(role: Role, csr: dict[str, Any]) -> None:
 async def leaf_spec(
     b: PKIBackend,
     req: Request,
-    role: Role,
+    view: RoleView,
     f: IssueFields,
     issuer: IssuerEntry,
     csr: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    """The CertSpec of a leaf under `role`; 400 if any name or the lifetime is not allowed."""
+    """The CertSpec of a leaf under the role; 400 if any name or the lifetime is not allowed."""
+    role = view.role
     cn = csr["subject"]["common_name"] if (csr is not None and role.use_csr_common_name) else ""
     cn = cn or f.common_name.strip()
     if not cn and role.require_cn:
@@ -162,28 +136,26 @@ async def leaf_spec(
         warnings=req.scratch.setdefault("warnings", []),
     )
     not_after = limit_to_issuer(not_after, issuer)
-    subject = subject_of(role, cn, f)
-    subject["serial_number"] = f.serial_number
-    subject["user_ids"] = list(f.user_ids)
+    subject = {
+        **view.subject,
+        "common_name": cn,
+        "serial_number": f.serial_number,
+        "user_ids": list(f.user_ids),
+    }
     return {
         "subject": subject,
         "sans": {"dns": dns, "email": emails, "ip": ips, "uri": uris, "other": other},
         "not_before": not_before,
         "not_after": not_after,
-        "key_usage": list(role.key_usage),
-        "ext_key_usage": role_ext_key_usage(role),
-        "ext_key_usage_oids": list(role.ext_key_usage_oids),
-        "policy_identifiers": list(role.policy_identifiers),
-        "basic_constraints_valid_for_non_ca": role.basic_constraints_valid_for_non_ca,
-        "signature_bits": role.signature_bits,
-        "use_pss": role.use_pss,
-        **await urls.aia_for(b, issuer),
+        **view.fixed,
+        **await issue_plan.aia(b, issuer),
     }
 
 
 def paths(b: PKIBackend) -> list[Path]:
     async def issue(req: Request, f: IssueFields) -> Response:
-        role = await b.require_role(f.name)
+        view = await issue_plan.role_view(b, f.name)
+        role = view.role
         fmt, key_fmt = check_format(f.format), check_key_format(f.private_key_format)
         if role.key_type == "any":
             if not f.key_type:
@@ -194,12 +166,18 @@ def paths(b: PKIBackend) -> list[Path]:
             key_type, key_bits = key_spec(f.key_type, f.key_bits)
         else:
             key_type, key_bits = role.key_type, role.key_bits
-        issuer = await b.issuers.resolve(f.issuer_ref or role.issuer_ref)
-        signer = await b.issuers.signer(issuer)
-        spec = await leaf_spec(b, req, role, f, issuer, None)
+        signing = await issue_plan.issuer_view(b, f.issuer_ref or role.issuer_ref)
+        issuer = signing.issuer
+        spec = await leaf_spec(b, req, view, f, issuer, None)
         result = await b.crypto(
             "x509_issue",
-            {"key_type": key_type, "key_bits": key_bits, "cert": spec, "signer": signer},
+            {
+                "key_type": key_type,
+                "key_bits": key_bits,
+                "cert": spec,
+                "signer": signing.signer,
+                "key_forms": certs.key_forms(fmt, key_fmt),
+            },
             slow=key_bits >= 4096,
         )
         if not role.no_store:
@@ -211,16 +189,17 @@ def paths(b: PKIBackend) -> list[Path]:
         return certs.respond(b, role, result, data, req.scratch.get("warnings", []))
 
     async def sign(req: Request, f: IssueFields) -> Response:
-        role = await b.require_role(f.name)
+        view = await issue_plan.role_view(b, f.name)
+        role = view.role
         fmt = check_format(f.format)
         if not f.csr.strip():
             raise bad_request("missing required field 'csr'")
-        issuer = await b.issuers.resolve(f.issuer_ref or role.issuer_ref)
-        signer = await b.issuers.signer(issuer)
+        signing = await issue_plan.issuer_view(b, f.issuer_ref or role.issuer_ref)
+        issuer = signing.issuer
         csr = await b.crypto("csr_parse", {"csr": f.csr})
         check_csr_key(role, csr)
-        spec = await leaf_spec(b, req, role, f, issuer, csr)
-        result = await b.crypto("x509_sign", {"csr": f.csr, "cert": spec, "signer": signer})
+        spec = await leaf_spec(b, req, view, f, issuer, csr)
+        result = await b.crypto("x509_sign", {"csr": f.csr, "cert": spec, "signer": signing.signer})
         if not role.no_store:
             await certs.store(b, result, issuer.id)
         data = certs.cert_data(result, issuer, fmt, without_roots=f.remove_roots_from_chain)

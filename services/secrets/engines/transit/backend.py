@@ -99,7 +99,7 @@ class TransitBackend(Backend):
             p = await asyncio.shield(fetch)
             if p is None:
                 return None
-        if rotation_due(p, time.time()):
+        if p.auto_rotate_period > 0 and rotation_due(p, time.time()):
             p = await self.rotate(name, only_if_due=True) or p
         return p
 

@@ -74,7 +74,7 @@ def encrypt_one(p: Policy, item: CryptItem) -> dict[str, Any]:
     ver = sym.resolve_encrypt_version(p, item.key_version)
     context = sym.b64decode(item.context, "context") if item.context else b""
     if kt.is_rsa:
-        raw = rsa_encrypt(public_of(p.version(ver).public_key), plaintext)
+        raw = rsa_encrypt(public_of(p, ver), plaintext)
     else:
         raw = sym.encrypt(p, ver, plaintext, context, _ad(p, item))
     return {"ciphertext": sym.prefix(ver) + base64.b64encode(raw).decode(), "key_version": ver}

@@ -161,13 +161,12 @@ def paths(b: TransitBackend) -> list[Path]:
     async def sign_one(p: Policy, f: SignFields, o: Options, item: SignItem) -> dict[str, Any]:
         data = signed_data(p, o, _input(item))
         ver = sign_version(p, f.key_version)
-        entry = p.version(ver)
         out: dict[str, Any] = {}
         if p.type in WORKER_SIGN:
             got = await b.crypto(
                 "transit_sign",
                 {
-                    "key_der": entry.private_der,
+                    "key_der": p.version(ver).private_der,
                     "key_type": p.type,
                     "input": data,
                     "hash_algorithm": o.hash_algorithm,
@@ -183,7 +182,7 @@ def paths(b: TransitBackend) -> list[Path]:
                 key: Any = sym.derived_ed25519(p, ver, context)
                 out["public_key"] = base64.b64encode(key.public_key().public_bytes_raw()).decode()
             else:
-                key = private_of(p, entry)
+                key = private_of(p, ver)
             try:
                 sig = ops.sign(
                     key,
@@ -218,7 +217,7 @@ def paths(b: TransitBackend) -> list[Path]:
             context = sym.b64decode(item.context, "context") if item.context else b""
             public: Any = sym.derived_ed25519(p, ver, context).public_key()
         else:
-            public = public_of(p.version(ver).public_key)
+            public = public_of(p, ver)
         digest = signed_data(p, o, data)
         try:
             valid = ops.verify(

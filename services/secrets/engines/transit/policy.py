@@ -43,7 +43,9 @@ class Info(msgspec.Struct, kw_only=True):
     version: int
 
 
-class Policy(msgspec.Struct, kw_only=True, omit_defaults=True):
+# dict and weakref: a copy of the key carries the key objects built from it (keyobjects.py),
+# never encoded, never copied by msgspec.structs.replace.
+class Policy(msgspec.Struct, kw_only=True, omit_defaults=True, dict=True, weakref=True):
     name: str
     type: str
     keys: dict[str, KeyVersion] = {}

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import hashlib
 import hmac
 import os
@@ -18,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from services.secrets.engines.transit.keyobjects import kept
 from services.secrets.engines.transit.policy import (
     CONVERGENT_VERSION,
     KDF_COUNTER,
@@ -51,29 +51,42 @@ def counter_kdf(key: bytes, context: bytes, bits: int = 256) -> bytes:
     return out[: bits // 8]
 
 
-@functools.lru_cache(maxsize=4096)
-def _hkdf(key: bytes, context: bytes, length: int) -> bytes:
-    # Cached: a convergent or context-bound workload derives the same key again and again.
-    return HKDF(algorithm=hashes.SHA256(), length=length, salt=None, info=context).derive(key)
-
-
 def derive(p: Policy, ver: int, context: bytes, length: int) -> bytes:
     if not context:
         raise TransitError(MISSING_CONTEXT)
     base = p.version(ver).key
     if p.kdf == KDF_COUNTER:
         return counter_kdf(base, context, 256)[:length]
-    return _hkdf(base, context, length)
+    return HKDF(algorithm=hashes.SHA256(), length=length, salt=None, info=context).derive(base)
+
+
+def _derived_ed25519(p: Policy, ver: int, context: bytes) -> ed25519.Ed25519PrivateKey:
+    return ed25519.Ed25519PrivateKey.from_private_bytes(derive(p, ver, context, 32))
 
 
 def derived_ed25519(p: Policy, ver: int, context: bytes) -> ed25519.Ed25519PrivateKey:
     """Vault feeds HKDF output to ed25519.GenerateKey as its seed."""
-    return ed25519.Ed25519PrivateKey.from_private_bytes(derive(p, ver, context, 32))
+    return kept(p, ("ed25519", ver, context), _derived_ed25519, p, ver, context)
 
 
-@functools.lru_cache(maxsize=1024)
-def _aead(type_name: str, key: bytes) -> AESGCM | ChaCha20Poly1305:
-    return ChaCha20Poly1305(key) if type_name == "chacha20-poly1305" else AESGCM(key)
+def _cipher(p: Policy, ver: int, context: bytes) -> tuple[AESGCM | ChaCha20Poly1305, bytes]:
+    kt = p.kt
+    if p.derived:
+        # The convergent nonce's HMAC key follows the cipher key in the KDF's output; a shorter
+        # output is the same prefix, so decryption finds the same cipher key here.
+        extra = 32 if p.convergent_encryption else 0
+        material = derive(p, ver, context, kt.key_bytes + extra)
+        key, hmac_key = material[: kt.key_bytes], material[kt.key_bytes :]
+    else:
+        key, hmac_key = p.version(ver).key, b""
+    aead = ChaCha20Poly1305(key) if kt.name == "chacha20-poly1305" else AESGCM(key)
+    return aead, hmac_key
+
+
+def cipher(p: Policy, ver: int, context: bytes) -> tuple[AESGCM | ChaCha20Poly1305, bytes]:
+    """Version `ver`'s AEAD (under `context` when the key is derived) and the HMAC key of its
+    convergent nonces."""
+    return kept(p, ("cipher", ver, context if p.derived else b""), _cipher, p, ver, context)
 
 
 def resolve_encrypt_version(p: Policy, ver: int) -> int:
@@ -92,30 +105,22 @@ def resolve_encrypt_version(p: Policy, ver: int) -> int:
 
 def encrypt(p: Policy, ver: int, plaintext: bytes, context: bytes = b"", ad: bytes = b"") -> bytes:
     """The raw (nonce || sealed) bytes for version `ver` (already resolved)."""
-    kt = p.kt
-    convergent = p.convergent_encryption
-    if p.derived:
-        extra = 32 if convergent else 0
-        material = derive(p, ver, context, kt.key_bytes + extra)
-        enc_key, hmac_key = material[: kt.key_bytes], material[kt.key_bytes :]
-    else:
-        enc_key, hmac_key = p.version(ver).key, b""
-    if convergent:
+    aead, hmac_key = cipher(p, ver, context)
+    if p.convergent_encryption:
         if p.version(ver).convergent_version not in (0, CONVERGENT_VERSION):
             raise TransitError("refusing to encrypt with an old convergent encryption version")
         nonce = hmac.new(hmac_key, plaintext, hashlib.sha256).digest()[:NONCE_BYTES]
     else:
         nonce = os.urandom(NONCE_BYTES)
-    return nonce + _aead(kt.name, enc_key).encrypt(nonce, plaintext, ad or None)
+    return nonce + aead.encrypt(nonce, plaintext, ad or None)
 
 
 def decrypt(p: Policy, ver: int, raw: bytes, context: bytes = b"", ad: bytes = b"") -> bytes:
-    kt = p.kt
-    key = derive(p, ver, context, kt.key_bytes) if p.derived else p.version(ver).key
+    aead = cipher(p, ver, context)[0]
     if len(raw) < NONCE_BYTES:
         raise TransitError("invalid ciphertext length")
     try:
-        return _aead(kt.name, key).decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], ad or None)
+        return aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], ad or None)
     except InvalidTag:
         raise TransitError("cipher: message authentication failed") from None
 

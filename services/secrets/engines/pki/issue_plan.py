@@ -1,0 +1,90 @@
+"""What issuing under a role reads from the mount's configuration, derived once per configuration
+generation (`ConfigCache.memo`) instead of decoded and rebuilt on every request: the role with
+the CertSpec fields it alone fixes, the issuer with the signer material it hands the crypto
+worker, and the issuer's AIA URLs. Every value here is shared by concurrent requests: read only.
+
+Each piece is looked up where the request used to read it, so a request that several things are
+wrong with is still refused for the same one first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from services.secrets.engines.pki import urls
+
+if TYPE_CHECKING:
+    from services.secrets.engines.pki.backend import PKIBackend
+    from services.secrets.engines.pki.models import IssuerEntry
+    from services.secrets.engines.pki.roles import Role
+
+
+@dataclass(frozen=True, slots=True)
+class RoleView:
+    role: Role
+    subject: dict[str, list[str]]  # the attributes the role sets (the request gives the CN)
+    fixed: dict[str, Any]  # the CertSpec fields every leaf of the role carries
+
+
+@dataclass(frozen=True, slots=True)
+class IssuerView:
+    issuer: IssuerEntry
+    signer: dict[str, str]
+
+
+def role_ext_key_usage(role: Role) -> list[str]:
+    out = [
+        name
+        for name, on in (
+            ("ServerAuth", role.server_flag),
+            ("ClientAuth", role.client_flag),
+            ("CodeSigning", role.code_signing_flag),
+            ("EmailProtection", role.email_protection_flag),
+        )
+        if on
+    ]
+    return out + [e for e in role.ext_key_usage if e not in out]
+
+
+async def role_view(b: PKIBackend, name: str) -> RoleView:
+    """The role `name`; 400 when there is none."""
+
+    async def build() -> RoleView:
+        role = await b.require_role(name)
+        subject = {
+            "ou": list(role.ou),
+            "organization": list(role.organization),
+            "country": list(role.country),
+            "locality": list(role.locality),
+            "province": list(role.province),
+            "street_address": list(role.street_address),
+            "postal_code": list(role.postal_code),
+        }
+        fixed = {
+            "key_usage": list(role.key_usage),
+            "ext_key_usage": role_ext_key_usage(role),
+            "ext_key_usage_oids": list(role.ext_key_usage_oids),
+            "policy_identifiers": list(role.policy_identifiers),
+            "basic_constraints_valid_for_non_ca": role.basic_constraints_valid_for_non_ca,
+            "signature_bits": role.signature_bits,
+            "use_pss": role.use_pss,
+        }
+        return RoleView(role, subject, fixed)
+
+    return await b.cfg.memo(("role", name), build)
+
+
+async def issuer_view(b: PKIBackend, ref: str) -> IssuerView:
+    """The issuer `ref` names and what it signs with; 400 when it cannot issue."""
+
+    async def build() -> IssuerView:
+        issuer = await b.issuers.resolve(ref)
+        return IssuerView(issuer, await b.issuers.signer(issuer))
+
+    return await b.cfg.memo(("issuer", ref), build)
+
+
+async def aia(b: PKIBackend, issuer: IssuerEntry) -> dict[str, list[str]]:
+    """`urls.aia_for(issuer)`, once per generation."""
+    return await b.cfg.memo(("aia", issuer.id), lambda: urls.aia_for(b, issuer))

@@ -1,0 +1,111 @@
+"""Plain GETs answered from their plan (services/secrets/core/plans.py) stay exact: a policy
+change, a revocation, a renewal, a mount disabled or moved, each is seen by the very next read."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tests.harness import Cluster, start_cluster
+
+pytestmark = pytest.mark.nats
+
+
+async def _ok(c: Cluster, method: str, path: str, body: object = None) -> dict:
+    status, answer = await c.request(method, path, json=body)
+    assert status in (200, 204), (method, path, status, answer)
+    return answer
+
+
+async def _token(c: Cluster, policy: str, text: str) -> str:
+    await _ok(c, "PUT", f"/v1/sys/policies/acl/{policy}", {"policy": text})
+    created = await _ok(c, "POST", "/v1/auth/token/create", {"policies": [policy], "ttl": "1h"})
+    return created["auth"]["client_token"]
+
+
+async def _read_twice(c: Cluster, path: str, token: str) -> tuple[int, dict]:
+    """The first read plans, the second is answered by the plan; both must agree."""
+    first = await c.request("GET", path, token=token)
+    second = await c.request("GET", path, token=token)
+    assert first[0] == second[0], (first, second)
+    return second
+
+
+async def test_plans_follow_policy_token_and_mount_changes(nats_url: str) -> None:
+    c = await start_cluster(nats_url)
+    try:
+        mount = f"kvp{uuid.uuid4().hex[:8]}"
+        await _ok(c, "POST", f"/v1/sys/mounts/{mount}", {"type": "kv", "options": {"version": "2"}})
+        await _ok(c, "POST", f"/v1/{mount}/data/app", {"data": {"v": "1"}})
+        policy = f"p{uuid.uuid4().hex[:8]}"
+        token = await _token(c, policy, f'path "{mount}/data/*" {{ capabilities = ["read"] }}')
+        path = f"/v1/{mount}/data/app"
+
+        status, body = await _read_twice(c, path, token)
+        assert status == 200 and body["data"]["data"] == {"v": "1"}
+        # A new version is read (the plan holds no data).
+        await _ok(c, "POST", path, {"data": {"v": "2"}})
+        status, body = await _read_twice(c, path, token)
+        assert (status, body["data"]["data"], body["data"]["metadata"]["version"]) == (
+            200,
+            {"v": "2"},
+            2,
+        )
+
+        # The policy no longer grants the path: refused at once.
+        await _ok(
+            c,
+            "PUT",
+            f"/v1/sys/policies/acl/{policy}",
+            {"policy": 'path "other/*" { capabilities = ["read"] }'},
+        )
+        assert (await c.request("GET", path, token=token))[0] == 403
+        # Granted again.
+        await _ok(
+            c,
+            "PUT",
+            f"/v1/sys/policies/acl/{policy}",
+            {"policy": f'path "{mount}/*" {{ capabilities = ["read"] }}'},
+        )
+        assert (await _read_twice(c, path, token))[0] == 200
+
+        # The mount moves away: no handler there any more.
+        await _ok(c, "POST", "/v1/sys/remount", {"from": mount, "to": mount + "moved"})
+        assert (await c.request("GET", path, token=token))[0] == 404
+        # A KV v1 mount at the old path: its own answer, not the old backend's.
+        await _ok(c, "POST", f"/v1/sys/mounts/{mount}", {"type": "kv", "options": {"version": "1"}})
+        await _ok(c, "POST", f"/v1/{mount}/data/app", {"v1": "yes"})
+        status, body = await _read_twice(c, path, token)
+        assert status == 200 and body["data"] == {"v1": "yes"}
+
+        # The token revoked: refused at once.
+        await _ok(c, "POST", "/v1/auth/token/revoke", {"token": token})
+        assert (await c.request("GET", path, token=token))[0] == 403
+    finally:
+        await c.close()
+
+
+async def test_lookup_self_follows_renewal(nats_url: str) -> None:
+    c = await start_cluster(nats_url)
+    try:
+        policy = f"p{uuid.uuid4().hex[:8]}"
+        token = await _token(
+            c,
+            policy,
+            'path "auth/token/lookup-self" { capabilities = ["read"] }\n'
+            'path "auth/token/renew-self" { capabilities = ["update"] }\n',
+        )
+        status, before = await _read_twice(c, "/v1/auth/token/lookup-self", token)
+        assert status == 200 and before["data"]["id"] == token
+        assert 3500 <= before["data"]["ttl"] <= 3600
+        status, _ = await c.request(
+            "POST", "/v1/auth/token/renew-self", token=token, json={"increment": "5h"}
+        )
+        assert status == 200
+        status, after = await c.request("GET", "/v1/auth/token/lookup-self", token=token)
+        assert status == 200
+        assert after["data"]["ttl"] > 4 * 3600
+        assert after["data"]["expire_time"] != before["data"]["expire_time"]
+    finally:
+        await c.close()
