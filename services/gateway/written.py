@@ -18,8 +18,10 @@ from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE, HttpVersion10, HttpVersion11
 from aiohttp.web_request import BaseRequest
 
-# Framing and hop-by-hop headers, and what the gateway sets itself.
-DROP_OUT = frozenset({"content-length", "transfer-encoding", "connection", "date", "server"})
+# Framing and hop-by-hop headers, and what the gateway sets itself (one X-Request-Id, its own).
+DROP_OUT = frozenset(
+    {"content-length", "transfer-encoding", "connection", "date", "server", "x-request-id"}
+)
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
 _SERVER = f"Server: {SERVER_SOFTWARE}"
 # What aiohttp refuses in a header (a control character but tab): header injection.

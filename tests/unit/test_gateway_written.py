@@ -28,6 +28,8 @@ REPLIES: dict[str, Reply] = {
     "unknown-status": Reply(status=299, body=b"z", headers={"X-Note": "caf\u00e9\tok"}),
     "no-content": Reply(status=204),
     "injected": Reply(status=200, body=b"z", headers={"X-Note": "a\r\nSet-Cookie: x=1"}),
+    # A service's own X-Request-Id never doubles or replaces the gateway's.
+    "own-id": Reply(status=200, body=b"{}", headers={"x-request-id": "from-service"}),
 }
 # Each request line, and whether it keeps the connection open (a closing request follows it).
 REQUESTS = {
@@ -101,3 +103,4 @@ async def test_same_bytes_as_aiohttp(ports: dict[bool, int], kind: str, name: st
         assert b"Set-Cookie" not in direct  # refused as aiohttp refuses it
     else:
         assert direct.startswith(b"HTTP/1.") and b"X-Request-Id: rid-1\r\n" in direct
+        assert direct.lower().count(b"x-request-id:") == (2 if keeps_alive else 1)
