@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,7 +62,16 @@ class DevBus:
         return env
 
     def per_kind_env(self) -> dict[str, dict[str, str]]:
-        return {kind: self.env_for(kind) for kind in USERS}
+        return {kind: self.env_for(kind) for kind in USERS} | {"nats": server_env()}
+
+
+def server_env() -> dict[str, str]:
+    """The dev nats-server's environment: one Go scheduler thread (GOMAXPROCS=1) unless the
+    user chose otherwise. With the services' processes on the same few cores, more threads buy
+    nats-server no throughput, only futex and wake-up syscalls: measured, its CPU per KV read
+    drops by about a quarter (docs/performance.md, fifth round). Fsyncs still block only their
+    own thread (Go hands the scheduler slot on during a syscall)."""
+    return {"GOMAXPROCS": os.environ.get("GOMAXPROCS", "1")}
 
 
 def credentials(data_dir: Path) -> dict[str, Path]:

@@ -13,6 +13,7 @@ import asyncio
 import base64
 import contextlib
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import Protocol
 import msgspec
 import nats.errors
 import nats.js.errors
+import structlog
 from nats.js import JetStreamContext
 from nats.js.api import (
     AckPolicy,
@@ -33,6 +35,7 @@ from nats.js.kv import KeyValue
 
 from shared import nats_request
 
+log = structlog.get_logger("storage")
 _SAFE = re.compile(rb"[-_A-Za-z0-9]")
 # Most paths need no escaping at all: a quick check saves the per-byte walk on the hot path.
 _PLAIN = re.compile(r"[-_A-Za-z0-9]+(?:/[-_A-Za-z0-9]+)*")
@@ -70,6 +73,8 @@ _pub_ack = msgspec.json.Decoder(_PubAck)
 # JetStream's "wrong last sequence" error codes: a CAS write lost.
 _WRONG_LAST = (10071, 10164)
 _EXPECTED_LAST = "Nats-Expected-Last-Subject-Sequence"
+_KV_DEL = {"KV-Operation": "DEL"}
+_KV_PURGE = {"KV-Operation": "PURGE", "Nats-Rollup": "sub"}
 # A delete or purge marker is the key's last message once it is gone.
 _DELETED = re.compile(rb"KV-Operation:\s*(DEL|PURGE)")
 
@@ -81,6 +86,12 @@ class CasConflict(Exception):
 class KeyTooLong(ValueError):
     """The escaped key would not fit in a NATS subject (the server drops such connections)."""
 
+
+# A client remembers the sequence of its last write of this many keys (up to twice as many):
+# an API read of one of them must not come back without that write (`JetStreamStorage.get`).
+RECENT_WRITES = 32768
+# Seconds between asks of such a read while only stale copies answer.
+REASK = 0.25
 
 # NATS' control line is 4 KiB by default and carries the subject, a reply inbox and more.
 MAX_KEY_LENGTH = 2048
@@ -152,6 +163,22 @@ def decode_key(key: str) -> str:
     return "/".join(segs)
 
 
+def _decode_get(key: str, data: bytes) -> tuple[int, Entry | None]:
+    """An API read's answer: the sequence of the key's last message (0: none) and the entry
+    (None: absent, or a delete/purge marker)."""
+    reply = _get_reply.decode(data)
+    if reply.error is not None:
+        if reply.error.code == 404:
+            return 0, None
+        raise nats.js.errors.APIError(code=reply.error.code, description=reply.error.description)
+    stored = reply.message
+    if stored is None:
+        return 0, None
+    if stored.hdrs and _DELETED.search(base64.b64decode(stored.hdrs)):
+        return stored.seq, None
+    return stored.seq, Entry(key, base64.b64decode(stored.data) if stored.data else b"", stored.seq)
+
+
 def _filter_for(prefix: str) -> str:
     """The subject filter for every key whose path starts with `prefix` (a folder, ending in /,
     or empty for all)."""
@@ -195,6 +222,9 @@ class JetStreamStorage:
         self.bucket = bucket
         self.timeout = timeout
         self.direct = direct  # reads by Direct Get (see _direct_reads)
+        # Key -> sequence of this client's last acknowledged write of it, in two generations.
+        self._wrote: dict[str, int] = {}
+        self._wrote_before: dict[str, int] = {}
 
     @classmethod
     async def open(
@@ -217,38 +247,66 @@ class JetStreamStorage:
         return f"KV_{self.bucket}"
 
     async def get(self, key: str) -> Entry | None:
-        """The last message of the key's subject, read from the stream leader (so a read after
-        an acknowledged write always sees it). This is the hot path of every secrets read:
-        a Direct Get where the stream allows it (`_direct_reads`), else one JetStream API
-        request decoded with msgspec, without nats-py's generic JSON and MIME header parsing."""
+        """The last message of the key's subject, read from the stream leader. This is the hot
+        path of every secrets read: a Direct Get where the stream allows it (`_direct_reads`),
+        else one JetStream API request decoded with msgspec, without nats-py's generic JSON and
+        MIME header parsing."""
         subject = f"$KV.{self.bucket}.{encode_key(key)}"
         if self.direct:
             try:
                 return await self._get_direct(key, subject)
             except nats.errors.NoRespondersError:
                 pass  # the direct responder is not up yet (just enabled, a restart): ask the API
+        request = _get_request.encode(_LastBySubject(last_by_subj=subject))
         try:
             msg = await nats_request.request(
                 self.js._nc,  # the context's own connection
                 f"$JS.API.STREAM.MSG.GET.{self.stream}",
-                _get_request.encode(_LastBySubject(last_by_subj=subject)),
+                request,
                 timeout=self.timeout,
             )
         except nats.errors.NoRespondersError:
             raise nats.js.errors.ServiceUnavailableError() from None
-        reply = _get_reply.decode(msg.data)
-        if reply.error is not None:
-            if reply.error.code == 404:
-                return None
-            raise nats.js.errors.APIError(
-                code=reply.error.code, description=reply.error.description
-            )
-        stored = reply.message
-        if stored is None:
-            return None
-        if stored.hdrs and _DELETED.search(base64.b64decode(stored.hdrs)):
-            return None
-        return Entry(key, base64.b64decode(stored.data) if stored.data else b"", stored.seq)
+        seq, entry = _decode_get(key, msg.data)
+        wrote = self._wrote.get(key) or self._wrote_before.get(key, 0)
+        if seq < wrote:
+            # Rare (a partition that just healed), and worth knowing: a server held itself the
+            # leader without being it. The key stays out of the log.
+            log.warning("a stale copy answered a read; asking again", stream=self.stream)
+            return await self._get_current(key, request, wrote)
+        return entry
+
+    async def _get_current(self, key: str, request: bytes, wrote: int) -> Entry | None:
+        """Every server gets an API read, and one cut off from the others (a partition) can
+        hold itself the stream leader for a while after it is back, answering from a copy
+        without the writes its successor acknowledged meanwhile. The first answer lacked this
+        client's write `wrote` of the key: ask again (every REASK seconds, as a new leader may
+        still be being elected), and take the first answer that has it."""
+        nc = self.js._nc
+        sub = await nc.subscribe(nc.new_inbox())
+        try:
+            give_up = time.monotonic() + self.timeout
+            ask_at = 0.0
+            while (now := time.monotonic()) < give_up:
+                if now >= ask_at:
+                    subject = f"$JS.API.STREAM.MSG.GET.{self.stream}"
+                    await nc.publish(subject, request, reply=sub.subject)
+                    ask_at = now + REASK
+                try:
+                    msg = await sub.next_msg(timeout=min(ask_at, give_up) - now)
+                except nats.errors.TimeoutError:
+                    continue
+                if not msg.data:
+                    continue  # a status (no responders yet): the leader may still answer
+                seq, entry = _decode_get(key, msg.data)
+                if seq >= wrote:
+                    return entry
+        finally:
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+        raise nats.js.errors.ServiceUnavailableError(
+            description="no current copy of the stream answered"
+        )
 
     async def _get_direct(self, key: str, subject: str) -> Entry | None:
         """The last message of the key's subject by Direct Get: the stored message as it is,
@@ -271,18 +329,27 @@ class JetStreamStorage:
             return None
         return Entry(key, msg.data, int(headers["Nats-Sequence"]))
 
-    async def _publish(self, key: str, value: bytes, last: int | None = None) -> int:
+    async def _publish(
+        self,
+        key: str,
+        value: bytes,
+        last: int | None = None,
+        marker: dict[str, str] | None = None,
+    ) -> int:
         """One write, answered once JetStream has stored it (fsynced, with sync_interval:
-        always); with `last`, only if the key's last revision is that (0: absent). What
-        nats-py's KeyValue.put sends, without its generic request path, JSON and dataclass on
-        every acknowledgement."""
+        always); with `last`, only if the key's last revision is that (0: absent); `marker`:
+        the headers of a delete or purge marker. What nats-py's KeyValue sends, without its
+        generic request path, JSON and dataclass on every acknowledgement."""
+        headers = marker
+        if last is not None:
+            headers = {**(marker or {}), _EXPECTED_LAST: str(last)}
         try:
             msg = await nats_request.request(
                 self.js._nc,
                 f"$KV.{self.bucket}.{encode_key(key)}",
                 value,
                 timeout=self.timeout,
-                headers=None if last is None else {_EXPECTED_LAST: str(last)},
+                headers=headers,
             )
         except nats.errors.NoRespondersError:
             raise nats.js.errors.NoStreamResponseError() from None
@@ -291,7 +358,14 @@ class JetStreamStorage:
             if ack.error.err_code in _WRONG_LAST:
                 raise CasConflict(key)
             nats.js.errors.APIError.from_error(msgspec.structs.asdict(ack.error))  # raises
+        self._remember(key, ack.seq)
         return ack.seq
+
+    def _remember(self, key: str, seq: int) -> None:
+        wrote = self._wrote
+        wrote[key] = seq
+        if len(wrote) >= RECENT_WRITES:
+            self._wrote_before, self._wrote = wrote, {}
 
     async def put(self, key: str, value: bytes) -> int:
         return await self._publish(key, value)
@@ -303,26 +377,22 @@ class JetStreamStorage:
             pass
         # The key exists, or its last message is a delete marker, which nats-py writes over.
         try:
-            return await self.kv.create(encode_key(key), value, validate_keys=False)
+            seq = await self.kv.create(encode_key(key), value, validate_keys=False)
         except nats.js.errors.KeyWrongLastSequenceError as exc:
             raise CasConflict(key) from exc
+        self._remember(key, seq)
+        return seq
 
     async def update(self, key: str, value: bytes, revision: int) -> int:
         return await self._publish(key, value, revision)
 
     async def delete(self, key: str, revision: int | None = None) -> None:
-        try:
-            # Purge (not a delete marker) so that history does not keep old ciphertexts around.
-            await self.kv.purge(encode_key(key)) if revision is None else await self.kv.delete(
-                encode_key(key), last=revision, validate_keys=False
-            )
-        except nats.js.errors.KeyWrongLastSequenceError as exc:
-            raise CasConflict(key) from exc
-        except nats.js.errors.BadRequestError as exc:
-            # nats-py maps the wrong-last-sequence codes for update() only.
-            if exc.err_code in (10071, 10164):
-                raise CasConflict(key) from exc
-            raise
+        # Purge (not a delete marker) so that history does not keep old ciphertexts around.
+        # Written like any other write: a later read must not find the key still there.
+        if revision is None:
+            await self._publish(key, b"", marker=_KV_PURGE)
+        else:
+            await self._publish(key, b"", revision or None, _KV_DEL)
 
     async def list(self, prefix: str) -> list[str]:
         """Full paths of the keys under `prefix`, sorted.

@@ -700,6 +700,68 @@ _EARLIEST, _LATEST = -631_152_000, 253_402_300_799
 _CONSTRAINTS = NAME_CONSTRAINT_FIELDS
 
 
+@functools.lru_cache(maxsize=256)  # a role's attributes: the same on every leaf it issues
+def _role_rdns(*attrs: tuple[str, ...]) -> bytes:
+    """The RDNs of a subject without CN, serialNumber or UIDs (the role's part), as `_subject`
+    and `cryptography` encode them; `attrs` in SubjectSpec's order from ou to postal_code."""
+    ou, organization, country, locality, province, street_address, postal_code = attrs
+    name = _subject(
+        SubjectSpec(
+            ou=list(ou),
+            organization=list(organization),
+            country=list(country),
+            locality=list(locality),
+            province=list(province),
+            street_address=list(street_address),
+            postal_code=list(postal_code),
+        )
+    ).public_bytes()
+    start, end = x509_leaf.content(name, 0)
+    return name[start:end]
+
+
+_CN = x509_leaf.oid_der(NameOID.COMMON_NAME.dotted_string)
+
+
+def _subject_der(spec: SubjectSpec) -> bytes:
+    """`_subject(spec).public_bytes()`: the role's RDNs once per role, the CN per leaf."""
+    if spec.serial_number or spec.user_ids:
+        return _subject(spec).public_bytes()
+    rdns = _role_rdns(
+        tuple(spec.ou),
+        tuple(spec.organization),
+        tuple(spec.country),
+        tuple(spec.locality),
+        tuple(spec.province),
+        tuple(spec.street_address),
+        tuple(spec.postal_code),
+    )
+    if spec.common_name:
+        cn = spec.common_name.encode()
+        if not 1 <= len(cn) <= 64:  # cryptography's bound: its refusal, from the builder
+            raise ValueError("common name length")
+        rdns += x509_leaf.tlv(0x31, x509_leaf.tlv(0x30, _CN + x509_leaf.tlv(0x0C, cn)))
+    return x509_leaf.tlv(0x30, rdns)
+
+
+def _san_der(sans: SansSpec) -> bytes | None:
+    """The SubjectAlternativeName value `_general_names` makes (None without names), written
+    here: GeneralNames of IA5 strings (ASCII only, as cryptography requires) and addresses."""
+    if sans.other:
+        names = _general_names(sans)
+        return x509.SubjectAlternativeName(names).public_bytes()
+    tlv = x509_leaf.tlv
+    parts = [tlv(0x82, d.encode("ascii")) for d in sans.dns]
+    parts += [tlv(0x81, e.encode("ascii")) for e in sans.email]
+    for ip in sans.ip:
+        try:
+            parts.append(tlv(0x87, ipaddress.ip_address(ip.strip()).packed))
+        except ValueError:
+            raise CryptoFailure(f"invalid IP address {ip!r}") from None
+    parts += [tlv(0x86, u.encode("ascii")) for u in sans.uri]
+    return tlv(0x30, b"".join(parts)) if parts else None
+
+
 def leaf_der(
     spec: CertSpec, subject_pub: PublicKey, signer: Signer | None
 ) -> tuple[bytes, int] | None:
@@ -721,8 +783,8 @@ def leaf_der(
             serial=serial,
             not_before=spec.not_before,
             not_after=spec.not_after,
-            subject=_subject(spec.subject),
-            sans=_general_names(spec.sans),
+            subject=_subject_der(spec.subject),
+            san=_san_der(spec.sans),
             subject_pub=subject_pub,
         )
     except (CryptoFailure, ValueError, TypeError):

@@ -28,6 +28,7 @@ PrivateKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | ed25519.Ed25519Pri
 PublicKey = rsa.RSAPublicKey | ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey
 
 _VERSION_3 = b"\xa0\x03\x02\x01\x02"  # [0] EXPLICIT INTEGER 2
+_EMPTY = b"\x30\x00"  # an empty Name
 _ECDSA = {
     "sha256": "1.2.840.10045.4.3.2",
     "sha384": "1.2.840.10045.4.3.3",
@@ -49,7 +50,7 @@ def tlv(tag: int, body: bytes) -> bytes:
     return bytes((tag, 0x80 | len(size))) + size + body
 
 
-def _content(der: bytes, pos: int) -> tuple[int, int]:
+def content(der: bytes, pos: int) -> tuple[int, int]:
     """(start, end) of the contents of the TLV at `pos`."""
     n = der[pos + 1]
     if n < 0x80:
@@ -78,7 +79,6 @@ def integer_der(value: int) -> bytes:
     return tlv(0x02, value.to_bytes(value.bit_length() // 8 + 1, "big"))
 
 
-@functools.lru_cache(maxsize=1024)  # leaves issued in the same second share their times
 def time_der(ts: int) -> bytes:
     """A validity time, unix seconds from 1950 through 9999 (the builder's range)."""
     t = time.gmtime(ts)
@@ -89,9 +89,19 @@ def time_der(ts: int) -> bytes:
     return tlv(0x18, f"{t.tm_year:04}{clock}".encode())
 
 
+@functools.lru_cache(maxsize=1024)
+def validity_der(not_before: int, not_after: int) -> bytes:
+    """The Validity SEQUENCE; leaves issued in the same second share it."""
+    return tlv(0x30, time_der(not_before) + time_der(not_after))
+
+
 def extension_der(oid: x509.ObjectIdentifier, critical: bool, value_der: bytes) -> bytes:
     body = oid_der(oid.dotted_string) + (b"\x01\x01\xff" if critical else b"")
     return tlv(0x30, body + tlv(0x04, value_der))
+
+
+# The SKI extension up to its 20-byte SHA-1 key identifier, which ends it.
+_SKI_HEAD = extension_der(ExtensionOID.SUBJECT_KEY_IDENTIFIER, False, tlv(0x04, bytes(20)))[:-20]
 
 
 def pem(der: bytes) -> str:
@@ -155,36 +165,34 @@ class LeafTemplate:
         serial: int,
         not_before: int,
         not_after: int,
-        subject: x509.Name,
-        sans: list[x509.GeneralName],
+        subject: bytes,
+        san: bytes | None,
         subject_pub: PublicKey,
     ) -> bytes:
-        """The signed certificate's DER (times as `time_der` takes them)."""
+        """The signed certificate's DER (times as `time_der` takes them) for a subject Name's DER
+        and the SubjectAlternativeName's value (None: no SANs)."""
         spki = subject_pub.public_bytes(
             serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
         )
         # The SKI is the SHA-1 of the subjectPublicKey bits (RFC 5280 4.2.1.2 method 1), the
         # BIT STRING after the algorithm in the SPKI.
-        start, _ = _content(spki, 0)
-        _, alg_end = _content(spki, start)
-        bits_start, bits_end = _content(spki, alg_end)
+        start, _ = content(spki, 0)
+        _, alg_end = content(spki, start)
+        bits_start, bits_end = content(spki, alg_end)
         ski = hashlib.sha1(spki[bits_start + 1 : bits_end]).digest()
         exts = self.head
-        if sans:
+        if san is not None:
             # RFC 5280: the SAN extension is critical when the subject is empty.
-            san = x509.SubjectAlternativeName(sans)
-            exts += extension_der(san.oid, len(subject) == 0, san.public_bytes())
-        exts += (
-            extension_der(ExtensionOID.SUBJECT_KEY_IDENTIFIER, False, tlv(0x04, ski)) + self.tail
-        )
+            exts += extension_der(ExtensionOID.SUBJECT_ALTERNATIVE_NAME, subject == _EMPTY, san)
+        exts += _SKI_HEAD + ski + self.tail
         tbs = tlv(
             0x30,
             _VERSION_3
             + integer_der(serial)
             + self.algorithm
             + self.issuer
-            + tlv(0x30, time_der(not_before) + time_der(not_after))
-            + subject.public_bytes()
+            + validity_der(not_before, not_after)
+            + subject
             + spki
             + tlv(0xA3, tlv(0x30, exts)),
         )

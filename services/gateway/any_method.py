@@ -28,6 +28,7 @@ from aiohttp.web_request import BaseRequest
 from aiohttp.web_server import Server
 
 from services.gateway.apis import ApiSpec, ErrorFormatter
+from services.gateway.fast_lane import FastHandler, FastLane, supported
 from services.gateway.http_parser import SwitchingParser
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ _REASONS = {
 }
 
 
-class _Handler(web_protocol.RequestHandler):
+class _Handler(FastHandler):
     """Words the parser's refusals in the API's error shape."""
 
     format_error: ErrorFormatter
@@ -125,10 +126,17 @@ class _Handler(web_protocol.RequestHandler):
         return resp
 
 
+# Checked once: another aiohttp may lack what the fast lane relies on.
+_FAST = supported()
+
+
 class _Server(Server):
-    def __init__(self, handler: Any, format_error: ErrorFormatter, **kwargs: Any) -> None:
+    def __init__(
+        self, handler: Any, format_error: ErrorFormatter, fast: FastLane | None, **kwargs: Any
+    ) -> None:
         super().__init__(handler, **kwargs)
         self.format_error = format_error
+        self.fast = fast if _FAST else None
 
     def __call__(self) -> web_protocol.RequestHandler:
         original = web_protocol.HttpRequestParser
@@ -138,6 +146,8 @@ class _Server(Server):
         finally:
             web_protocol.HttpRequestParser = original  # type: ignore[misc]
         handler.format_error = self.format_error
+        # The lane writes no access log: a listener that keeps one goes aiohttp's way.
+        handler.fast_lane = None if handler._logging_enabled else self.fast
         return handler
 
 
@@ -167,6 +177,7 @@ def runner_for(
     server = _Server(
         listener.handle,
         api.format_error,
+        listener.fast,
         request_factory=make_request,
         handler_cancellation=handler_cancellation,
         loop=loop,

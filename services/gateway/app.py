@@ -4,7 +4,8 @@ metrics, health and readiness, the console.
 The listener is aiohttp's low-level server with this one handler, not an Application: the router
 and the middleware chain were a fifth of the listener's own CPU for a forwarded request
 (bench/gateway_http.py), and every request but a handful of fixed paths goes to the same place.
-`_route` routes as aiohttp's router did."""
+`_route` routes as aiohttp's router did. Requests it would forward whose body came whole skip
+aiohttp's per-request machinery: services/gateway/fast_lane.py hands them to `serve_fast`."""
 
 from __future__ import annotations
 
@@ -18,14 +19,18 @@ from dataclasses import dataclass
 
 import structlog
 from aiohttp import hdrs, web
+from aiohttp.http_parser import RawRequestMessage
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_urldispatcher import _default_expect_handler
+from multidict import CIMultiDictProxy
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from yarl import URL
 
 from services.gateway import metrics, streams, ui, written
 from services.gateway.any_method import OddRequests
 from services.gateway.apis import ApiSpec
 from services.gateway.deadline import request_deadline
+from services.gateway.fast_lane import Connection, FastLane
 from services.gateway.local_status import LocalStatus
 from services.gateway.readiness import ServiceProbe
 from services.gateway.secure import Channel, service_channel
@@ -47,6 +52,8 @@ _JSON = {"Content-Type": "application/json"}
 NO_RESPONDER_GRACE = 5.0
 
 REQUEST_ID = web.RequestKey("request_id", str) if hasattr(web, "RequestKey") else "request_id"
+# Logged for a request whose client left before its answer (nginx's word for it).
+CLIENT_GONE = 499
 # Routed only for GET and HEAD (as aiohttp's add_get did); other methods there go to the API.
 _GET = frozenset({"GET", "HEAD"})
 
@@ -55,10 +62,12 @@ Handler = Callable[[BaseRequest], Awaitable[web.StreamResponse]]
 
 @dataclass(frozen=True)
 class Listener:
-    """What services/gateway/any_method.py's runner serves: the handler and the body limit."""
+    """What services/gateway/any_method.py's runner serves: the handler, the body limit and the
+    fast lane for ordinary forwarded requests (None: every request through `handle`)."""
 
     handle: Handler
     max_body: int
+    fast: FastLane | None = None
 
 
 # Request ids: unique and cheap (uuid4 was 1-2% of a request's CPU), 32 hex digits as before: a
@@ -140,24 +149,40 @@ def create_app(
     client_certs = bool(getattr(settings, f"{api.name}_tls").client_ca_file)
     required_header = api.request_header if settings.require_request_header else ()
     odd = OddRequests(api)
+    fast_methods = odd.allowed - {"HEAD"}
     api_name = api.name
 
     # Whether the success lines (debug) are wanted is settled once, logging being configured
     # before the app is made: building each line only for the filter to drop it cost a read.
     debug = log.bind().is_enabled_for(logging.DEBUG)
 
+    def opened(headers: CIMultiDictProxy[str]) -> str:
+        """The request's id, bound to every line logged while serving it (the task is this
+        request's own), and the request counted in flight."""
+        rid = headers.get("X-Request-Id") or new_request_id()
+        request_scope.set((rid, api_name))
+        stats.in_flight += 1
+        return rid
+
+    def closed(method: str, url: URL, status: int, start: float) -> None:
+        stats.in_flight -= 1
+        elapsed = time.perf_counter() - start
+        stats.done(method, status, elapsed)
+        # The canonical line per request: failures always, successes at debug (volume).
+        if status >= 400 or debug:
+            emit = log.warning if status >= 500 else log.info if status >= 400 else log.debug
+            ms = round(elapsed * 1000, 2)
+            emit("request", method=method, path=url.path, status=status, ms=ms)
+
     async def handle(request: BaseRequest) -> web.StreamResponse:
         if request.headers.get(hdrs.EXPECT):
             # Before the request id and the metrics, as aiohttp's application answered it.
             await _default_expect_handler(request)  # type: ignore[arg-type]
             await request.writer.drain()
-        rid = request.headers.get("X-Request-Id") or new_request_id()
+        rid = opened(request.headers)
         request[REQUEST_ID] = rid
-        # Every line logged while serving it carries the ids (the task is this request's own).
-        request_scope.set((rid, api_name))
         start = time.perf_counter()
         status = 500
-        stats.in_flight += 1
         try:
             method = request.method
             if method in odd.allowed and request.raw_path != "*":
@@ -179,23 +204,14 @@ def create_app(
             status = exc.status
             exc.headers["X-Request-Id"] = rid
             raise
+        except asyncio.CancelledError:
+            status = CLIENT_GONE
+            raise
         except Exception:
             log.exception("gateway failure")
             return _error(api, 500, "internal error in the gateway", rid)
         finally:
-            stats.in_flight -= 1
-            elapsed = time.perf_counter() - start
-            stats.done(request.method, status, elapsed)
-            # The canonical line per request: failures always, successes at debug (volume).
-            if status >= 400 or debug:
-                emit = log.warning if status >= 500 else log.info if status >= 400 else log.debug
-                emit(
-                    "request",
-                    method=request.method,
-                    path=request.path,
-                    status=status,
-                    ms=round(elapsed * 1000, 2),
-                )
+            closed(request.method, request.rel_url, status, start)
 
     async def healthz(_: BaseRequest) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -232,56 +248,66 @@ def create_app(
             return _error(api, exc.code, exc.message, request[REQUEST_ID])
         return web.Response(status=reply.status, body=reply.body, content_type="application/json")
 
-    async def api_answer(request: BaseRequest) -> web.StreamResponse | HttpResponse:
-        """The API's answer: the gateway's own (an error, a stream) or the reply to pass on."""
-        rid: str = request[REQUEST_ID]
-        if request.content_length is not None and request.content_length > limit:
-            return _error(api, 413, f"request body exceeds the limit of {limit} bytes", rid)
-        if required_header and not any(h in request.headers for h in required_header):
-            return _error(api, 412, "missing required request header X-Svc-Request", rid)
-        content = request.content
-        if not request.body_exists:
-            body = b""  # most reads: nothing to read
-        elif content.is_eof():
-            # The whole body came with the head (the usual case): take it as it lies, without
-            # aiohttp's read loop (a broken body raises here as it would there).
-            body = content.read_nowait()
-            if len(body) > limit:
-                return _error(api, 413, f"request body exceeds the limit of {limit} bytes", rid)
-        else:
-            body = await request.read()
+    def failure(status: int, message: str) -> HttpResponse:
+        """The gateway's own error answer, as a reply (its X-Request-Id is added on writing)."""
+        body, ctype = api.format_error(status, message)
+        return HttpResponse(status=status, body=body, headers={"Content-Type": ctype})
+
+    def too_large() -> HttpResponse:
+        return failure(413, f"request body exceeds the limit of {limit} bytes")
+
+    def refusal(headers: CIMultiDictProxy[str], size: int | None) -> HttpResponse | None:
+        """What refuses a request before its body is read (`size`: its length, where known)."""
+        if size is not None and size > limit:
+            return too_large()
+        if required_header and not any(h in headers for h in required_header):
+            return failure(412, "missing required request header X-Svc-Request")
+        return None
+
+    async def exchange(
+        method: str,
+        target: str,
+        headers: CIMultiDictProxy[str],
+        url: URL,
+        body: bytes,
+        remote: str,
+        transport: asyncio.BaseTransport | None,
+        rid: str,
+        request: BaseRequest | None = None,
+    ) -> web.StreamResponse | HttpResponse:
+        """The answer to a request whose body is read: the service's reply (or the gateway's
+        error) to pass on, or a stream, relayed on `request` (None: the request is no stream)."""
         if len(body) + 64 * 1024 > bus.max_payload:
-            return _error(
-                api,
+            return failure(
                 413,
                 f"request body of {len(body)} bytes exceeds what the bus "
                 f"carries ({bus.max_payload} bytes)",
-                rid,
             )
-        path = request.raw_path.split("?", 1)[0]
+        path = target.split("?", 1)[0]
+        query = url.query_string
         if local is not None:
-            answer = local.answer(request.method, path, request.query_string, request.headers)
+            answer = local.answer(method, path, query, headers)
             if answer is not None:
                 stats.local_answers += 1
                 return HttpResponse(status=answer[0], body=answer[1], headers=_JSON)
-        headers: dict[str, str] = {}
-        for k, v in request.headers.items():
+        sent: dict[str, str] = {}
+        for k, v in headers.items():
             low = k.lower()
             if low not in _DROP_IN:
-                headers[low] = v
+                sent[low] = v
         env = HttpRequest(
-            method=request.method,
+            method=method,
             path=path,
-            query=request.query_string,
-            headers=headers,
+            query=query,
+            headers=sent,
             body=body,
-            remote_addr=request.remote or "",
+            remote_addr=remote,
             request_id=rid,
         )
         if client_certs and path.endswith("/login") and "/auth/" in path:
             # Vault's cert login path ([<namespace>/]auth/<mount>/login), its only reader.
-            env.client_certs = peer_certificates(request.transport)
-        if streams.is_stream(api.name, env.method, env.path, env.query):
+            env.client_certs = peer_certificates(transport)
+        if request is not None and streams.is_stream(api.name, method, path, query):
             # A long-lived stream: the service answers it chunk by chunk (gateway/streams.py).
             async def send(e: HttpRequest, t: float) -> HttpResponse:
                 return await forward(bus, subject, e, t, api.name, channel)
@@ -289,14 +315,14 @@ def create_app(
             try:
                 return await streams.relay(request, env, send)
             except ServiceError as exc:
-                return _error(api, exc.code, exc.message, rid)
+                return failure(exc.code, exc.message)
         timeout = (
-            request_deadline(request.query, settings.request_timeout, blocking=True)
+            request_deadline(url.query, settings.request_timeout, blocking=True)
             if api.blocking_queries
             else settings.request_timeout
         )
         try:
-            reply = await forward(bus, subject, env, timeout, api.name, channel)
+            return await forward(bus, subject, env, timeout, api.name, channel)
         except ServiceError as exc:
             if local is not None and exc.code == 503:
                 local.forget(gone=True)  # no replica answers: their published state is moot
@@ -306,11 +332,38 @@ def create_app(
                 msg = f"the {api.name} service did not answer within {timeout:g}s"
             else:
                 msg = exc.message
-            return _error(api, exc.code, msg, rid)
+            return failure(exc.code, msg)
         finally:
-            if local is not None and local.changes_state(env.method, path):
+            if local is not None and local.changes_state(method, path):
                 local.forget()
-        return reply
+
+    async def api_answer(request: BaseRequest) -> web.StreamResponse | HttpResponse:
+        """The API's answer: the gateway's own (an error, a stream) or the reply to pass on."""
+        refused = refusal(request.headers, request.content_length)
+        if refused is not None:
+            return refused
+        content = request.content
+        if not request.body_exists:
+            body = b""  # most reads: nothing to read
+        elif content.is_eof():
+            # The whole body came with the head (the usual case): take it as it lies, without
+            # aiohttp's read loop (a broken body raises here as it would there).
+            body = content.read_nowait()
+            if len(body) > limit:
+                return too_large()
+        else:
+            body = await request.read()
+        return await exchange(
+            request.method,
+            request.raw_path,
+            request.headers,
+            request.rel_url,
+            body,
+            request.remote or "",
+            request.transport,
+            request[REQUEST_ID],
+            request,
+        )
 
     async def proxy(request: BaseRequest) -> web.StreamResponse:
         """The API's answer as a Response, for the console, which adds headers to it."""
@@ -327,6 +380,51 @@ def create_app(
                 request, out.status, out.headers, out.body, request[REQUEST_ID]
             )
         return out
+
+    async def serve_fast(message: RawRequestMessage, body: bytes, conn: Connection) -> None:
+        """`handle` and `forwarded` for a request the fast lane took (see `takes`): its body
+        complete, no stream, no page of the gateway's own, no Expect."""
+        rid = opened(message.headers)
+        start = time.perf_counter()
+        status = 500
+        url = message.url
+        try:
+            try:
+                out = refusal(message.headers, len(body))
+                if out is None:
+                    out = await exchange(
+                        message.method,
+                        message.path,
+                        message.headers,
+                        url,
+                        body,
+                        conn.remote,
+                        conn.transport,
+                        rid,
+                    )
+                assert isinstance(out, HttpResponse)  # no stream: `request` is None
+            except Exception:
+                log.exception("gateway failure")
+                out = failure(500, "internal error in the gateway")
+            status = out.status
+            await conn.write_reply(message, out.status, out.headers, out.body, rid)
+        except asyncio.CancelledError:
+            status = CLIENT_GONE
+            raise
+        finally:
+            closed(message.method, url, status, start)
+
+    def takes(message: RawRequestMessage) -> bool:
+        """Whether `handle` would send the request to `forwarded` (no stream among them); HEAD,
+        whose answer aiohttp writes, goes the ordinary way."""
+        method = message.method
+        if method not in fast_methods or hdrs.EXPECT in message.headers:
+            return False
+        url = message.url
+        if _route(method, url.path_safe) is not forwarded:
+            return False
+        path = message.path.split("?", 1)[0]
+        return not streams.is_stream(api_name, method, path, url.query_string)
 
     # The web console; `ui_proxies` (shared by the gateway's listeners) lets it reach all three.
     ui_proxies = {} if ui_proxies is None else ui_proxies
@@ -353,4 +451,4 @@ def create_app(
                 return page
         return forwarded
 
-    return Listener(handle, limit)
+    return Listener(handle, limit, FastLane(takes, serve_fast))

@@ -15,7 +15,7 @@ from http import HTTPStatus
 
 from aiohttp import web
 from aiohttp.helpers import rfc822_formatted_time
-from aiohttp.http import SERVER_SOFTWARE, HttpVersion10, HttpVersion11
+from aiohttp.http import SERVER_SOFTWARE, HttpVersion, HttpVersion10, HttpVersion11
 from aiohttp.web_request import BaseRequest
 
 # Framing and hop-by-hop headers, and what the gateway sets itself (one X-Request-Id, its own).
@@ -52,15 +52,19 @@ def ordinary(status: int, headers: Mapping[str, str], body: bytes) -> web.Respon
     return web.Response(status=status, body=body, headers=out)
 
 
-async def write_reply(
-    request: BaseRequest, status: int, headers: Mapping[str, str], body: bytes, request_id: str
-) -> web.StreamResponse:
-    """Answer `request` with the reply and `request_id` (an ordinary Response gets its
-    X-Request-Id from the listener's handler, as every other answer)."""
-    if request.method == "HEAD" or not 200 <= status < 600 or status in (204, 304):
-        return ordinary(status, headers, body)
-    version = request.version
-    keep_alive = request.keep_alive
+def encode(
+    version: HttpVersion,
+    keep_alive: bool,
+    method: str,
+    status: int,
+    headers: Mapping[str, str],
+    body: bytes,
+    request_id: str,
+) -> bytes | None:
+    """The reply with `request_id` as the bytes to write, or None where aiohttp's own Response
+    must write it (`ordinary`)."""
+    if method == "HEAD" or not 200 <= status < 600 or status in (204, 304):
+        return None
     lines = [f"HTTP/{version.major}.{version.minor} {status} {_REASONS.get(status, '')}"]
     typed = False
     for name, value in headers.items():
@@ -82,10 +86,22 @@ async def write_reply(
     text = "".join(lines)
     # isprintable() is false for every control character (and for tab): a quick yes.
     if not text.isprintable() and _FORBIDDEN.search(text) is not None:
-        return ordinary(status, headers, body)  # aiohttp refuses it, as before
+        return None  # aiohttp refuses it, as before
     head = "\r\n".join(lines) + "\r\n\r\n"
+    return head.encode() + body
+
+
+async def write_reply(
+    request: BaseRequest, status: int, headers: Mapping[str, str], body: bytes, request_id: str
+) -> web.StreamResponse:
+    """Answer `request` with the reply and `request_id` (an ordinary Response gets its
+    X-Request-Id from the listener's handler, as every other answer)."""
+    keep_alive = request.keep_alive
+    data = encode(request.version, keep_alive, request.method, status, headers, body, request_id)
+    if data is None:
+        return ordinary(status, headers, body)
     try:
-        await request.writer.write_eof(head.encode() + body)
+        await request.writer.write_eof(data)
     except ConnectionError:
         keep_alive = False  # the client left: the connection closes
     return _Written(status, keep_alive)

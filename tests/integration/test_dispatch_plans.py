@@ -109,3 +109,78 @@ async def test_lookup_self_follows_renewal(nats_url: str) -> None:
         assert after["data"]["expire_time"] != before["data"]["expire_time"]
     finally:
         await c.close()
+
+
+async def _post_twice(c: Cluster, path: str, token: str, body: dict) -> tuple[int, dict]:
+    """The first write plans, the second is answered by the plan; both must agree."""
+    first = await c.request("POST", path, token=token, json=body)
+    second = await c.request("POST", path, token=token, json=body)
+    assert first[0] == second[0], (first, second)
+    return second
+
+
+async def test_write_plans_follow_parameters_existence_policy_mount_and_token(
+    nats_url: str,
+) -> None:
+    c = await start_cluster(nats_url)
+    try:
+        mount = f"trp{uuid.uuid4().hex[:8]}"
+        await _ok(c, "POST", f"/v1/sys/mounts/{mount}", {"type": "transit"})
+        await _ok(c, "POST", f"/v1/{mount}/keys/k", {"type": "aes256-gcm96"})
+        policy = f"p{uuid.uuid4().hex[:8]}"
+        only_plaintext = (
+            f'path "{mount}/encrypt/k" {{\n'
+            '  capabilities = ["update"]\n'
+            '  allowed_parameters = { "plaintext" = [] }\n'
+            "}\n"
+        )
+        token = await _token(c, policy, only_plaintext)
+        path = f"/v1/{mount}/encrypt/k"
+        plain = {"plaintext": "aGVsbG8="}
+
+        status, body = await _post_twice(c, path, token, plain)
+        assert status == 200 and body["data"]["ciphertext"].startswith("vault:v1:")
+        # Each planned write is checked against its own parameters.
+        refused = await c.request("POST", path, token=token, json={**plain, "context": "eA=="})
+        assert refused[0] == 403, refused
+        assert (await c.request("POST", path, token=token, json=plain))[0] == 200
+
+        # Create or update is decided per request: with the key gone, the write would create
+        # it, which the policy (update only) does not grant.
+        await _ok(c, "POST", f"/v1/{mount}/keys/k/config", {"deletion_allowed": True})
+        await _ok(c, "DELETE", f"/v1/{mount}/keys/k")
+        assert (await c.request("POST", path, token=token, json=plain))[0] == 403
+        await _ok(c, "POST", f"/v1/{mount}/keys/k", {"type": "aes256-gcm96"})
+        assert (await _post_twice(c, path, token, plain))[0] == 200
+
+        # The policy no longer grants the path: refused at once; granted again: answered.
+        await _ok(
+            c,
+            "PUT",
+            f"/v1/sys/policies/acl/{policy}",
+            {"policy": 'path "other/*" { capabilities = ["update"] }'},
+        )
+        assert (await c.request("POST", path, token=token, json=plain))[0] == 403
+        await _ok(c, "PUT", f"/v1/sys/policies/acl/{policy}", {"policy": only_plaintext})
+        assert (await _post_twice(c, path, token, plain))[0] == 200
+
+        # The mount moves away and back: no handler in between, then the new backend answers.
+        await _ok(c, "POST", "/v1/sys/remount", {"from": mount, "to": mount + "moved"})
+        assert (await c.request("POST", path, token=token, json=plain))[0] == 404
+        await _ok(c, "POST", "/v1/sys/remount", {"from": mount + "moved", "to": mount})
+        assert (await _post_twice(c, path, token, plain))[0] == 200
+
+        # The token revoked: refused at once.
+        await _ok(c, "POST", "/v1/auth/token/revoke", {"token": token})
+        assert (await c.request("POST", path, token=token, json=plain))[0] == 403
+
+        # A limited-use token is spent after its uses, however its writes were answered.
+        created = await _ok(
+            c, "POST", "/v1/auth/token/create", {"policies": [policy], "num_uses": 3}
+        )
+        limited = created["auth"]["client_token"]
+        for _ in range(3):
+            assert (await c.request("POST", path, token=limited, json=plain))[0] == 200
+        assert (await c.request("POST", path, token=limited, json=plain))[0] == 403
+    finally:
+        await c.close()

@@ -100,6 +100,49 @@ def test_issue_returns_only_the_key_forms_asked_for(
     assert leaf["private_key_type"] == "ec"
 
 
+def test_leaf_with_role_subject_and_plain_sans_verifies_with_openssl(
+    chain: dict[str, Any], tmp_path: Path
+) -> None:
+    """The leaf whose subject and SANs the template writes itself (no serialNumber, UID or
+    other name), read back by openssl."""
+    leaf = run_local(
+        "x509_issue",
+        {
+            "key_type": "ec",
+            "signer": chain["int_signer"],
+            "cert": {
+                **spec("direct.example.com", hours=1),
+                "subject": {
+                    "common_name": "direct.example.com",
+                    "organization": ["Acme"],
+                    "ou": ["Ops"],
+                    "country": ["DE"],
+                    "locality": ["Berlin"],
+                },
+                "sans": {
+                    "dns": ["direct.example.com", "*.direct.example.com"],
+                    "email": ["ops@example.com"],
+                    "ip": ["192.0.2.7", "2001:db8::7"],
+                    "uri": ["spiffe://example.com/direct"],
+                },
+            },
+        },
+    )
+    root = write(tmp_path, "root.pem", chain["root"]["certificate"])
+    inter = write(tmp_path, "int.pem", chain["int"]["certificate"])
+    path = write(tmp_path, "leaf.pem", leaf["certificate"])
+    assert "leaf.pem: OK" in openssl("verify", "-CAfile", root, "-untrusted", inter, path)
+    text = openssl("x509", "-in", path, "-noout", "-text", "-nameopt", "RFC2253")
+    for needle in (
+        "Subject: CN=direct.example.com,OU=Ops,O=Acme,L=Berlin,C=DE",
+        "DNS:direct.example.com, DNS:*.direct.example.com, email:ops@example.com, "
+        "IP Address:192.0.2.7, IP Address:2001:DB8:0:0:0:0:0:7, URI:spiffe://example.com/direct",
+    ):
+        assert needle in text, needle
+    # RFC 5280: the SAN extension is critical only when the subject is empty.
+    assert "X509v3 Subject Alternative Name: critical" not in text
+
+
 def test_leaf_chain_verifies_with_openssl(chain: dict[str, Any], tmp_path: Path) -> None:
     leaf = run_local(
         "x509_issue",

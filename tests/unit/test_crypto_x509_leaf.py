@@ -62,6 +62,27 @@ SPECS = {
             "other": ["1.3.6.1.4.1.311.20.2.3;UTF8:user@example.com"],
         }
     ),
+    "role attributes, no serialNumber or UID": spec(
+        subject={
+            "common_name": "ö.example.com",
+            "ou": ["Ops", ""],
+            "organization": ["Acme", "Ä GmbH"],
+            "country": ["DE", "fr"],
+            "locality": ["Köln"],
+            "province": ["NRW"],
+            "street_address": ["1 Main St"],
+            "postal_code": ["50667"],
+        }
+    ),
+    "a 64-byte common name": spec(subject={"common_name": "c" * 60 + ".com"}),
+    "every san but other names": spec(
+        sans={
+            "dns": ["a.example.com", "*.b.example.com", ".".join(["x" * 60] * 4), ""],
+            "email": ["ops@example.com"],
+            "ip": [" 10.0.0.1", "2001:db8::1"],
+            "uri": ["spiffe://example.com/x", "urn:a:" + "b" * 200],
+        }
+    ),
     "empty subject, critical san": spec(subject={}),
     "no extensions of the role": spec(key_usage=[], ext_key_usage=[], sans={}),
     "role extensions": spec(
@@ -169,13 +190,31 @@ def test_each_leaf_has_its_own_key_and_serial(issuers: dict[tuple[str, int], Sig
         {"not_after": 253_402_400_000},  # after 9999
         {"key_usage": ["NoSuchUsage"]},
         {"permitted_dns_domains": ["example.com"]},
+        {"subject": {"common_name": "c" * 65}},
+        {"sans": {"dns": ["bücher.example"]}},
+        {"sans": {"email": ["ö@example.com"]}},
+        {"sans": {"ip": ["1.2.3"]}},
+        {"subject": {"country": ["DEU"]}},
     ],
-    ids=["ca", "pss", "skid", "before-1950", "after-9999", "bad-usage", "name-constraints"],
+    ids=[
+        "ca",
+        "pss",
+        "skid",
+        "before-1950",
+        "after-9999",
+        "bad-usage",
+        "name-constraints",
+        "long-cn",
+        "unicode-dns",
+        "unicode-email",
+        "bad-ip",
+        "bad-country",
+    ],
 )
 def test_the_builder_makes_what_the_template_does_not(
     issuers: dict[tuple[str, int], Signer], extra: dict[str, Any]
 ) -> None:
-    s = msgspec.structs.replace(SPECS["plain"], **extra)
+    s = spec(**extra)
     signer = issuers[("rsa", 2048)]
     pub = generate_private_key("ec", 256).public_key()
     assert leaf_der(s, pub, signer) is None

@@ -54,6 +54,30 @@ def test_bad_durations(raw: object) -> None:
         parse_duration(raw)
 
 
+def test_durations_asked_again_answer_alike() -> None:
+    """Remembered strings answer as the first time; a refused one is refused every time; a
+    string past the remembered length is read all the same."""
+    for _ in range(2):
+        assert parse_duration("7h") == 25200
+        with pytest.raises(ValueError, match="invalid duration 'soon'"):
+            parse_duration("soon")
+    assert parse_duration("1h" + "0m" * 20) == 3600
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_duration("1h" + "0m" * 20 + "x")
+
+
+def test_values_of_their_exact_type_pass_as_they_are() -> None:
+    fields, unknown = decode_fields(
+        Role,
+        {"enabled": True, "opts": {"a": "b"}, "tags": ["x"], "port": 2222, "ttl": "2m"},
+        {"name": "web"},
+    )
+    assert unknown == []
+    assert fields == Role(name="web", enabled=True, opts={"a": "b"}, tags=["x"], port=2222, ttl=120)
+    with pytest.raises(FieldError, match="64-bit"):
+        decode_fields(Role, {"port": 2**64}, {"name": "web"})
+
+
 def test_format_duration() -> None:
     assert format_duration(0) == "0s"
     assert format_duration(3600) == "1h0m0s"

@@ -2,8 +2,9 @@
 
 parse -> seal check -> namespace -> mount -> path -> fields -> create/update -> token -> ACL ->
 handler -> leases / login tokens / wrapping -> JSON. Every failure becomes the documented status
-with an `errors` body; anything unexpected is logged and answered 500 without internals. A plain
-GET seen before with the same token skips to the handler by its plan (core/plans.py).
+with an `errors` body; anything unexpected is logged and answered 500 without internals. A GET,
+POST or PUT without a query seen before with the same token skips the lookups before the handler
+by its plan (core/plans.py).
 """
 
 from __future__ import annotations
@@ -143,8 +144,12 @@ async def handle_http(core: Core, env: HttpRequest) -> HttpResponse:
         return error_response(500, ["internal error"])
 
 
+# The methods a plan answers: a plain read, and the writes a plan re-checks per body.
+PLANNED = frozenset({"GET", "POST", "PUT"})
+
+
 async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
-    if env.method == "GET" and not env.query:
+    if env.method in PLANNED and not env.query:
         planned = await _run_planned(core, env)
         if planned is not None:
             return planned
@@ -269,7 +274,7 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
             raise permission_denied()
         req.token = used
         if (
-            method == "GET"
+            env.method in PLANNED
             and not env.query
             and not ns_header
             and len(core.namespaces.by_path) == 1
@@ -277,10 +282,10 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
             and used is entry
             and entry.num_uses == 0
             and not entry.entity_id
-            and not unknown
-            and copyable(fields)
+            and (is_write or (not unknown and copyable(fields)))
         ):
             core.plans.put(
+                env.method,
                 env.path,
                 token_id,
                 Plan(
@@ -291,10 +296,11 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
                     mount=mount,
                     rel=rel,
                     routed=routed,
-                    fields=fields,
+                    fields=None if is_write else fields,
                     entry=entry,
                     acl=acl,
                     capabilities=req.capabilities,
+                    acl_path=acl_path,
                 ),
             )
     elif token_id and not sealed_now:
@@ -311,40 +317,60 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
 
 
 async def _run_planned(core: Core, env: HttpRequest) -> HttpResponse | None:
-    """A plain GET answered by its plan (core/plans.py); None: the full pipeline decides (and
-    plans it again)."""
+    """A request answered by its plan (core/plans.py); None: the full pipeline decides (and
+    plans it again). A write goes through the same steps as in `_handle`, in the same order,
+    minus the lookups the plan settled."""
     if core.sealed or core.dr_mode == "secondary" or len(core.namespaces.by_path) != 1:
         return None
     if header(env, "x-svc-namespace", "x-vault-namespace"):
         return None
     token_id = client_token(env)
-    plan = core.plans.get(env.path, token_id, core.tables.get(ROOT.id))
+    plan = core.plans.get(env.method, env.path, token_id, core.tables.get(ROOT.id))
     if plan is None:
         return None
-    entry = await _authenticate(core, token_id, env.remote_addr)
-    if entry is not plan.entry or entry.num_uses != 0:
-        return None
-    if await core.policies.acl(ROOT, entry.policies) is not plan.acl:
-        return None
-    backend, mount = plan.backend, plan.mount
+    backend, mount, routed = plan.backend, plan.mount, plan.routed
+    write = env.method != "GET"
+    if write:
+        data = _parse_body(env)
+        fields, unknown = backend.decode(routed, data)
+    else:
+        data, fields, unknown = {}, plan.fields_for(), []
     req = Request(
-        op=Op.READ,
+        op=Op.UPDATE if write else Op.READ,
         path=plan.rel,
         mount_path=mount.path,
         namespace=ROOT,
-        data={},
+        data=data,
         headers=env.headers,
         storage=backend.storage,
         core=core,
         mount=mount,
-        token=entry,
         client_token=token_id,
         request_id=env.request_id,
         remote_addr=env.remote_addr,
         client_certs=env.client_certs,
         capabilities=plan.capabilities,
     )
-    resp = await backend.call(plan.routed, Op.READ, req, plan.fields_for())
+    if write:
+        req.op = await backend.resolve_op(routed, req.op, req, fields)
+    entry = await _authenticate(core, token_id, env.remote_addr)
+    if entry is not plan.entry or entry.num_uses != 0:
+        return None
+    if await core.policies.acl(ROOT, entry.policies) is not plan.acl:
+        return None
+    if write:  # a GET's plan was made past its ACL check, which holds while its ACL does
+        spec = backend.operation(routed, req.op)
+        if spec.unauthenticated:
+            return None
+        decision = plan.acl.check(plan.acl_path, req.op.capability, data)
+        if not decision.allowed or (spec.sudo and not decision.sudo):
+            raise permission_denied()
+    req.token = entry
+    resp = await backend.call(routed, req.op, req, fields)
+    if unknown and not routed.path.arbitrary_input:
+        resp.warnings.append(
+            f"Endpoint ignored these unrecognized parameters: [{' '.join(unknown)}]"
+        )
     return await _render(core, env, req, backend, resp)
 
 

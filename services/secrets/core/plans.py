@@ -1,9 +1,12 @@
-"""What dispatch decides for a plain GET (no query, no namespace), remembered per path and token.
+"""What dispatch decides for a request without a query or a namespace, remembered per method,
+path and token.
 
-A client reading the same path with the same token again gets the same answer to every question
-before the handler: the mount, the route, the fields (from the URL alone), the ACL decision and
-capabilities. A plan keeps those answers with the objects they were read from, and is used only
-while each of those is still the one in force:
+A client sending the same method to the same path with the same token again gets the same answer
+to every question before the handler: the mount, the route, the ACL object and capabilities, and
+for a GET the fields (from the URL alone) and the ACL decision. A write still decodes its body,
+resolves create/update and checks the ACL against its own parameters on every request (the ACL
+memoizes decisions that do not depend on them). A plan keeps those answers with the objects they
+were read from, and is used only while each of those is still the one in force:
 
 - the mount table object and its generation (mounts added or removed in place), and the backend's
   path list (KV rebuilds it when a tune changes its version);
@@ -39,10 +42,11 @@ class Plan:
     mount: MountEntry
     rel: str
     routed: Routed
-    fields: Any  # a template: each request gets its own copy (`fields_for`)
+    fields: Any  # a GET's template: each request gets its own copy (`fields_for`)
     entry: TokenEntry
     acl: ACL
     capabilities: frozenset[str]
+    acl_path: str = ""  # a write's, checked against each request's parameters
 
     def fields_for(self) -> Any:
         """The request's own fields: a shallow copy is a full one, as `plan` admits only
@@ -59,10 +63,10 @@ def copyable(fields: Any) -> bool:
 
 class RequestPlans:
     def __init__(self) -> None:
-        self._plans: dict[tuple[str, str], Plan] = {}
+        self._plans: dict[tuple[str, str, str], Plan] = {}
 
-    def get(self, path: str, token_id: str, table: MountTable | None) -> Plan | None:
-        plan = self._plans.get((path, token_id))
+    def get(self, method: str, path: str, token_id: str, table: MountTable | None) -> Plan | None:
+        plan = self._plans.get((method, path, token_id))
         if (
             plan is None
             or plan.table is not table
@@ -72,10 +76,10 @@ class RequestPlans:
             return None
         return plan
 
-    def put(self, path: str, token_id: str, plan: Plan) -> None:
+    def put(self, method: str, path: str, token_id: str, plan: Plan) -> None:
         if len(self._plans) >= MAX_PLANS:
             self._plans.clear()  # client-chosen paths must not grow it without bound
-        self._plans[(path, token_id)] = plan
+        self._plans[(method, path, token_id)] = plan
 
     def clear(self) -> None:
         self._plans.clear()

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600, "d": 86400}
 # Go's time.Duration is int64 nanoseconds: the longest duration any anchor holds.
 MAX_SECONDS = (2**63 - 1) // 10**9
 _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h|d)")
+_INTEGER = re.compile(r"-?\d+")
 
 
 def parse_duration(value: object) -> int:
@@ -21,10 +23,14 @@ def parse_duration(value: object) -> int:
         return int(value)
     if not isinstance(value, str):
         raise ValueError(f"cannot use {type(value).__name__} as a duration")
+    return _parse_text(value) if len(value) <= 32 else _parse(value)
+
+
+def _parse(value: str) -> int:
     text = value.strip()
     if text == "":
         return 0
-    if re.fullmatch(r"-?\d+", text):
+    if _INTEGER.fullmatch(text):
         return int(text)
     sign = 1
     if text[0] in "+-":
@@ -42,6 +48,10 @@ def parse_duration(value: object) -> int:
     if total > MAX_SECONDS:  # also inf, from a unit with hundreds of digits
         raise ValueError(f"duration {value!r} is out of range")
     return sign * int(total)
+
+
+# Clients send the same few strings ("1h", "768h") again and again; errors are not cached.
+_parse_text = lru_cache(maxsize=1024)(_parse)
 
 
 def format_duration(seconds: int) -> str:

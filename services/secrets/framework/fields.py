@@ -193,7 +193,12 @@ def decode_fields(
         if value is None:
             continue  # null means the default
         base, weak, _ = spec
-        clean[key] = _weak(key, value, base, weak)
+        # A value of its field's exact plain type is what `_weak` would return (an int still
+        # goes through it for the 64-bit range check).
+        if weak is None and type(value) is base and base is not int:
+            clean[key] = value
+        else:
+            clean[key] = _weak(key, value, base, weak)
     try:
         return msgspec.convert(clean, struct, strict=False), sorted(unknown)
     except msgspec.ValidationError as exc:

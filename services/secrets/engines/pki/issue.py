@@ -142,9 +142,10 @@ async def leaf_spec(
         "serial_number": f.serial_number,
         "user_ids": list(f.user_ids),
     }
+    sans = {"dns": dns, "email": emails, "ip": ips, "uri": uris, "other": other}
     return {
-        "subject": subject,
-        "sans": {"dns": dns, "email": emails, "ip": ips, "uri": uris, "other": other},
+        "subject": issue_plan.set_only(subject),
+        "sans": issue_plan.set_only(sans),
         "not_before": not_before,
         "not_after": not_after,
         **view.fixed,

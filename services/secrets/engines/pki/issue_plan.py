@@ -27,6 +27,12 @@ class RoleView:
     fixed: dict[str, Any]  # the CertSpec fields every leaf of the role carries
 
 
+def set_only(fields: dict[str, Any]) -> dict[str, Any]:
+    """`fields` without the empty ones: every CertSpec default is empty (false, 0, "", []), so
+    the crypto worker reads the same spec from a shorter message."""
+    return {k: v for k, v in fields.items() if v}
+
+
 @dataclass(frozen=True, slots=True)
 class IssuerView:
     issuer: IssuerEntry
@@ -70,7 +76,7 @@ async def role_view(b: PKIBackend, name: str) -> RoleView:
             "signature_bits": role.signature_bits,
             "use_pss": role.use_pss,
         }
-        return RoleView(role, subject, fixed)
+        return RoleView(role, set_only(subject), set_only(fixed))
 
     return await b.cfg.memo(("role", name), build)
 
@@ -86,5 +92,9 @@ async def issuer_view(b: PKIBackend, ref: str) -> IssuerView:
 
 
 async def aia(b: PKIBackend, issuer: IssuerEntry) -> dict[str, list[str]]:
-    """`urls.aia_for(issuer)`, once per generation."""
-    return await b.cfg.memo(("aia", issuer.id), lambda: urls.aia_for(b, issuer))
+    """`urls.aia_for(issuer)` (its set fields), once per generation."""
+
+    async def build() -> dict[str, list[str]]:
+        return set_only(await urls.aia_for(b, issuer))
+
+    return await b.cfg.memo(("aia", issuer.id), build)

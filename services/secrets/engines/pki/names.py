@@ -6,6 +6,7 @@ before any crypto work, and one disallowed name rejects the whole request.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from typing import TYPE_CHECKING
@@ -35,6 +36,12 @@ def to_ascii(name: str) -> str | None:
 
 def valid_hostname(name: str) -> bool:
     """A DNS name, allowing one RFC 6125 wildcard in the left-most label."""
+    # Memoised for names of DNS length (an issue checks its CN up to three times); a longer one
+    # is checked afresh so the cache cannot be filled with huge strings.
+    return _hostname_check(name) if len(name) > 255 else _cached_hostname_check(name)
+
+
+def _hostname_check(name: str) -> bool:
     ascii_name = to_ascii(name)
     if ascii_name is None or not ascii_name:
         return False
@@ -48,6 +55,9 @@ def valid_hostname(name: str) -> bool:
         else:
             ascii_name = ".".join([first.replace("*", "x"), *labels[1:]])
     return bool(HOSTNAME.match(ascii_name))
+
+
+_cached_hostname_check = functools.lru_cache(maxsize=4096)(_hostname_check)
 
 
 def name_allowed(role: Role, name: str) -> bool:

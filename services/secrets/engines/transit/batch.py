@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from services.secrets.engines.transit.fastfields import plain_fields
 from services.secrets.engines.transit.policy import TransitError
 from services.secrets.errors import bad_request
 from services.secrets.framework.fields import FieldError, decode_fields
@@ -35,7 +36,7 @@ async def run_items(
         try:
             if not isinstance(raw, dict):
                 raise TransitError("a batch_input item must be an object")
-            item = decode_fields(kind, raw, {})[0]
+            item = plain_fields(kind, raw, {}) or decode_fields(kind, raw, {})[0]
             result = await fn(item)  # type: ignore[arg-type]
         except (TransitError, FieldError) as exc:
             result = {**(on_error or {}), "error": str(exc)}

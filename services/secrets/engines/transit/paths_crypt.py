@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import os
+from binascii import a2b_base64
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -68,7 +69,7 @@ def encrypt_one(p: Policy, item: CryptItem) -> dict[str, Any]:
     if item.plaintext is None:
         raise TransitError("missing plaintext to encrypt")
     try:
-        plaintext = base64.b64decode(item.plaintext, validate=True)
+        plaintext = a2b_base64(item.plaintext, strict_mode=True)  # base64.b64decode(validate=)
     except ValueError as exc:
         raise TransitError(f"invalid plaintext: {exc}") from None
     ver = sym.resolve_encrypt_version(p, item.key_version)
@@ -76,8 +77,9 @@ def encrypt_one(p: Policy, item: CryptItem) -> dict[str, Any]:
     if kt.is_rsa:
         raw = rsa_encrypt(public_of(p, ver), plaintext)
     else:
-        raw = sym.encrypt(p, ver, plaintext, context, _ad(p, item))
-    return {"ciphertext": sym.prefix(ver) + base64.b64encode(raw).decode(), "key_version": ver}
+        ad = _ad(p, item) if item.associated_data else b""
+        raw = sym.encrypt(p, ver, plaintext, context, ad)
+    return {"ciphertext": sym.prefix(ver) + sym.b64encode(raw), "key_version": ver}
 
 
 async def decrypt_one(b: TransitBackend, p: Policy, item: CryptItem) -> bytes:
@@ -99,14 +101,14 @@ async def decrypt_one(b: TransitBackend, p: Policy, item: CryptItem) -> bytes:
 
 def paths(b: TransitBackend) -> list[Path]:
     async def policy_for(name: str, missing: str) -> Policy:
-        return await b.require(name, missing)
+        return b.cached(name) or await b.require(name, missing)
 
     async def key_exists(req: Request, f: EncryptFields) -> bool:
         # A write that would create the key needs the `create` capability (Vault's upsert).
-        return await b.load(f.name) is not None
+        return b.cached(f.name) is not None or await b.load(f.name) is not None
 
     async def encrypt(req: Request, f: EncryptFields) -> Response:
-        p = await b.load(f.name)
+        p = b.cached(f.name) or await b.load(f.name)
         if p is None:
             # Encrypt creates a missing key (Vault's upsert), derived when a context is given.
             first = f.batch_input[0] if f.batch_input else {}
@@ -143,7 +145,7 @@ def paths(b: TransitBackend) -> list[Path]:
                 if fresh is None:
                     raise
                 plain = await decrypt_one(b, fresh, item)
-            return {"plaintext": base64.b64encode(plain).decode()}
+            return {"plaintext": sym.b64encode(plain)}
 
         if f.batch_input is None:
             return ok(await one(f))

@@ -115,7 +115,7 @@ def signed_data(p: Policy, o: Options, data: bytes) -> bytes:
 def encode_sig(sig: bytes, o: Options) -> str:
     if o.marshaling == "jws":
         return base64.urlsafe_b64encode(sig).decode().rstrip("=")
-    return base64.b64encode(sig).decode()
+    return sym.b64encode(sig)
 
 
 def decode_sig(text: str, o: Options) -> bytes:
@@ -235,7 +235,7 @@ def paths(b: TransitBackend) -> list[Path]:
         return {"valid": valid}
 
     async def sign(req: Request, f: SignFields) -> Response:
-        p = await b.require(f.name, "signing key not found")
+        p = b.cached(f.name) or await b.require(f.name, "signing key not found")
         if not p.kt.sign:
             raise bad_request(f"key type {p.type} does not support signing")
         o = options(f)

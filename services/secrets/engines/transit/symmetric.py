@@ -4,7 +4,6 @@ Vault's legacy SP 800-108 counter mode), convergent nonces from an HMAC of the p
 
 from __future__ import annotations
 
-import base64
 import binascii
 import hashlib
 import hmac
@@ -37,9 +36,14 @@ MISSING_CONTEXT = (
 
 def b64decode(value: str, what: str = "input") -> bytes:
     try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
+        return binascii.a2b_base64(value, strict_mode=True)  # base64.b64decode(validate=True)
+    except ValueError:
         raise TransitError(f"unable to decode {what} as base64") from None
+
+
+def b64encode(data: bytes) -> str:
+    """base64.b64encode(data).decode(), without its Python frame."""
+    return binascii.b2a_base64(data, newline=False).decode()
 
 
 def counter_kdf(key: bytes, context: bytes, bits: int = 256) -> bytes:
@@ -151,6 +155,6 @@ def split_versioned(p: Policy, value: str, what: str = "ciphertext") -> tuple[in
 
 def decode_body(body: str, what: str = "ciphertext") -> bytes:
     try:
-        return base64.b64decode(body, validate=True)
-    except (binascii.Error, ValueError):
+        return binascii.a2b_base64(body, strict_mode=True)
+    except ValueError:
         raise TransitError(f"invalid {what}: could not decode base64") from None
