@@ -40,8 +40,9 @@ from shared.storage import KeyTooLong
 
 if TYPE_CHECKING:
     from services.secrets.core.core import Core
+    from services.secrets.core.mounts import MountEntry
     from services.secrets.core.namespaces import Namespace
-    from services.secrets.framework.backend import Backend
+    from services.secrets.framework.backend import Backend, Routed
 
 log = structlog.get_logger("secrets")
 
@@ -213,22 +214,8 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
     rel = ns_path[len(mount_path) :] if ns_path.startswith(mount_path) else ""
 
     token_id = client_token(env)
-    req = Request(
-        op=op,
-        path=rel,
-        mount_path=mount_path,
-        namespace=ns,
-        data=data,
-        headers=env.headers,
-        storage=backend.storage,
-        core=core,
-        mount=mount,
-        client_token=token_id,
-        request_id=env.request_id,
-        remote_addr=env.remote_addr,
-        client_certs=env.client_certs,
-        query=query,
-    )
+    req = _request(core, env, backend, op, rel, mount_path, mount, ns, data, token_id)
+    req.query = query
 
     if want_help:
         entry = await _authenticate(core, token_id, env.remote_addr)
@@ -309,10 +296,7 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
     resp = await backend.call(routed, op, req, fields)
     if req.token is not None and req.token.num_uses == -1:
         await core.tokens.revoke_tree(req.token)  # that was its last use
-    if unknown and not routed.path.arbitrary_input:
-        resp.warnings.append(
-            f"Endpoint ignored these unrecognized parameters: [{' '.join(unknown)}]"
-        )
+    _warn_unknown(resp, routed, unknown)
     return await _render(core, env, req, backend, resp)
 
 
@@ -335,22 +319,9 @@ async def _run_planned(core: Core, env: HttpRequest) -> HttpResponse | None:
         fields, unknown = backend.decode(routed, data)
     else:
         data, fields, unknown = {}, plan.fields_for(), []
-    req = Request(
-        op=Op.UPDATE if write else Op.READ,
-        path=plan.rel,
-        mount_path=mount.path,
-        namespace=ROOT,
-        data=data,
-        headers=env.headers,
-        storage=backend.storage,
-        core=core,
-        mount=mount,
-        client_token=token_id,
-        request_id=env.request_id,
-        remote_addr=env.remote_addr,
-        client_certs=env.client_certs,
-        capabilities=plan.capabilities,
-    )
+    op = Op.UPDATE if write else Op.READ
+    req = _request(core, env, backend, op, plan.rel, mount.path, mount, ROOT, data, token_id)
+    req.capabilities = plan.capabilities
     if write:
         req.op = await backend.resolve_op(routed, req.op, req, fields)
     entry = await _authenticate(core, token_id, env.remote_addr)
@@ -367,11 +338,45 @@ async def _run_planned(core: Core, env: HttpRequest) -> HttpResponse | None:
             raise permission_denied()
     req.token = entry
     resp = await backend.call(routed, req.op, req, fields)
+    _warn_unknown(resp, routed, unknown)
+    return await _render(core, env, req, backend, resp)
+
+
+def _request(
+    core: Core,
+    env: HttpRequest,
+    backend: Backend,
+    op: Op,
+    rel: str,
+    mount_path: str,
+    mount: MountEntry | None,
+    ns: Namespace,
+    data: dict[str, Any],
+    token_id: str,
+) -> Request:
+    """The engine's view of a request, the same on the full and the planned path."""
+    return Request(
+        op=op,
+        path=rel,
+        mount_path=mount_path,
+        namespace=ns,
+        data=data,
+        headers=env.headers,
+        storage=backend.storage,
+        core=core,
+        mount=mount,
+        client_token=token_id,
+        request_id=env.request_id,
+        remote_addr=env.remote_addr,
+        client_certs=env.client_certs,
+    )
+
+
+def _warn_unknown(resp: Response, routed: Routed, unknown: list[str]) -> None:
     if unknown and not routed.path.arbitrary_input:
         resp.warnings.append(
             f"Endpoint ignored these unrecognized parameters: [{' '.join(unknown)}]"
         )
-    return await _render(core, env, req, backend, resp)
 
 
 async def _authenticate(core: Core, token_id: str, remote_addr: str) -> TokenEntry | None:
