@@ -116,7 +116,8 @@ async def test_slow_parked_failing_and_silent_requests_do_not_hold_the_others(
         assert not calls[1].done() and not calls[6].done()  # parked, holding nothing
         release.set_result(None)
         assert [(await calls[1]).n, (await calls[6]).n] == [1, 6]
-        await spy.nc.flush()
+        # The spy's callback runs in its subscription's own task: wait for it, not for a PONG.
+        await _until(lambda: sum(sizes) >= len(modes))
         assert sizes == [len(modes)], "the seven requests of one iteration went as one message"
         after = REGISTRY.get_sample_value(
             "trellis_bus_handled_total", {"subject": family, "outcome": "ok"}
