@@ -406,32 +406,35 @@ def prepare(s: Server, root: bool = False) -> None:
 # --- load ---------------------------------------------------------------------------------------
 
 
-def run_wrk(s: Server, w: Workload, seconds: float, threads: int) -> WrkResult:
+def wrk_command(
+    s: Server, w: Workload, seconds: float, threads: int
+) -> tuple[list[str], dict[str, str]]:
+    """The `wrk` argv and environment (the token travels in the environment) for one run."""
     env = {
         **os.environ,
         "BENCH_METHOD": w.method,
         "BENCH_BODY": json.dumps(w.body) if w.body is not None else "",
         "BENCH_TOKEN": s.token,
     }
+    argv = [
+        "wrk",
+        f"-t{min(threads, w.connections)}",
+        f"-c{w.connections}",
+        f"-d{seconds:g}s",
+        "--timeout",
+        "10s",
+        "--latency",
+        "-s",
+        str(LUA),
+        f"{s.addr}/v1/{w.path}",
+    ]
+    return argv, env
+
+
+def run_wrk(s: Server, w: Workload, seconds: float, threads: int) -> WrkResult:
+    argv, env = wrk_command(s, w, seconds, threads)
     before = process_ticks(s.pid)
-    out = subprocess.run(
-        [
-            "wrk",
-            f"-t{min(threads, w.connections)}",
-            f"-c{w.connections}",
-            f"-d{seconds:g}s",
-            "--timeout",
-            "10s",
-            "--latency",
-            "-s",
-            str(LUA),
-            f"{s.addr}/v1/{w.path}",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
     after = process_ticks(s.pid)
     result = parse_wrk(out)
     cpu = cpu_per_request(before, after, result.requests)

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from services import dev_nats, dev_tls, gateway_procs, port_guard
+from services import dev_nats, dev_sched, dev_tls, gateway_procs, port_guard
 from services.supervisor import (
     TRAVERSE_DIR,
     Child,
@@ -293,6 +293,7 @@ def _gateways_line(sup: Supervisor) -> str:
 
 def run_dev(args: Any) -> int:
     restrict_umask()
+    dev_sched.batch_scheduling()  # before any child starts: they inherit it
     gateways = max(1, args.gateways or gateway_procs.dev_default())
     # A taken port fails now, not after the start-up; with several gateways the ports stay
     # ours (no second `trellis dev` can share them) until they have stopped.
@@ -316,6 +317,8 @@ def run_dev(args: Any) -> int:
         "TRELLIS_API_ADDR": f"{dev_tls.scheme(args)}://{args.secrets_addr}",
         "TRELLIS_CLUSTER_ADDR": args.cluster_addr or f"127.0.0.1:{free_port()}",
         "PYTHONUNBUFFERED": "1",
+        # One nats-server: the secrets replicas' read cache is exact (shared/storage_feed.py).
+        "TRELLIS_STORAGE_CACHE": os.environ.get("TRELLIS_STORAGE_CACHE", "true"),
         # A rekey of the dev cluster rewrites the kept keys (services/secrets/core/rekey.py).
         "TRELLIS_DEV_KEYS_FILE": str(data_dir / KEYS_FILE),
     }

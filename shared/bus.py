@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -25,7 +25,7 @@ from nats.aio.msg import Msg
 from prometheus_client import Counter, Histogram
 from structlog.contextvars import bind_contextvars, reset_contextvars
 
-from shared import nats_request
+from shared import eager, nats_request
 from shared.bus_batch import BATCH_SUFFIX, Answer, BatchClient, Item, ReplyBatcher, items_decoder
 from shared.bus_slots import Slots
 from shared.deferred import Deferred, ParkedReplies
@@ -237,10 +237,11 @@ class Bus:
         dec = decoder_for(request_type)
         slots = Slots(concurrency)
 
-        def start(work: Awaitable[None]) -> None:
-            task = asyncio.create_task(work)
-            self._inflight.add(task)
-            task.add_done_callback(self._inflight.discard)
+        def start(work: Coroutine[Any, Any, None]) -> None:
+            task = eager.start(work)  # a handler answering without a wait needs no task
+            if task is not None:
+                self._inflight.add(task)
+                task.add_done_callback(self._inflight.discard)
 
         async def run(msg: Msg) -> None:
             try:

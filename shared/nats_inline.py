@@ -28,17 +28,24 @@ from nats.aio.subscription import Subscription
 from nats.protocol.command import pub_cmd
 
 Deliver = Callable[[str, str, bytes, dict[str, str] | None], None]
+RawDeliver = Callable[[str, str, bytes, bytes | None], None]
 
 
 class InlineClient(NatsClient):
     def __init__(self) -> None:
         super().__init__()
         self._inline: dict[int, Deliver] = {}
+        self._raw: dict[int, RawDeliver] = {}
         self._resp_prefix_len = 0
 
     def deliver_inline(self, sub: Subscription, deliver: Deliver) -> None:
         """From now on `sub`'s messages go to `deliver`, not to its callback."""
         self._inline[sub._id] = deliver
+
+    def deliver_raw(self, sub: Subscription, deliver: RawDeliver) -> None:
+        """As `deliver_inline`, with the header block as received and unparsed (empty or None:
+        none), for a subscriber that needs at most a glance at it (nats-py parses in Python)."""
+        self._raw[sub._id] = deliver
 
     async def _init_request_sub(self) -> None:
         await super()._init_request_sub()
@@ -66,7 +73,18 @@ class InlineClient(NatsClient):
     ) -> None:
         deliver = self._inline.get(sid)
         if deliver is None:
-            await super()._process_msg(sid, subject, reply, data, headers)
+            raw = self._raw.get(sid)
+            if raw is None:
+                await super()._process_msg(sid, subject, reply, data, headers)
+            elif sid not in self._subs:
+                del self._raw[sid]
+            else:
+                self.stats["in_msgs"] += 1
+                self.stats["in_bytes"] += len(data)
+                try:
+                    raw(subject.decode(), reply.decode(), data, headers)
+                except Exception as exc:
+                    await self._error_cb(exc)
             return
         if sid not in self._subs:  # unsubscribed: forget it, as nats-py drops its messages
             del self._inline[sid]

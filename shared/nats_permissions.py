@@ -47,6 +47,9 @@ TABLE: dict[str, Permissions] = {
             "{c}.secrets.>",
             "{c}.plugin.>",
             "_INBOX.>",
+            # Copies of direct changes to their bucket's stream: the read cache turns off.
+            "$JS.API.STREAM.*.KV_{b}-secrets",
+            "$JS.API.STREAM.MSG.DELETE.KV_{b}-secrets",
         ),
         doc="only secrets replicas see seal traffic; only they call crypto workers and plugins",
     ),

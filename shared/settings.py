@@ -88,6 +88,10 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # The gateway micro-batches API envelopes to the services (shared/bus_batch.py);
     # TRELLIS_BUS_BATCH=false sends each alone, for comparison.
     bus_batch: bool = True
+    # A per-replica read cache of the secrets storage, exact only with one NATS server
+    # (shared/storage_feed.py): on by default in `trellis dev`, off unless set in a config;
+    # it stays off on a NATS cluster either way.
+    storage_cache: bool = False
     # This node's local data dir (Nomad's data_dir): the scheduler keeps its acl-bootstrap-reset
     # file in <data_dir>/scheduler, the client node its identity and task dirs in <data_dir>/client.
     data_dir: str = ""

@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 import msgspec
 import nats.errors
@@ -33,7 +33,9 @@ from nats.js.api import (
 )
 from nats.js.kv import KeyValue
 
-from shared import nats_request
+from shared import nats_request, storage_feed
+from shared.nats_inline import InlineClient
+from shared.storage_cache import MISS, StorageCache
 
 log = structlog.get_logger("storage")
 _SAFE = re.compile(rb"[-_A-Za-z0-9]")
@@ -115,6 +117,7 @@ class Change:
 
 class Storage(Protocol):
     async def get(self, key: str) -> Entry | None: ...
+    def peek(self, key: str) -> Entry | object | None: ...
     async def put(self, key: str, value: bytes) -> int: ...
     async def create(self, key: str, value: bytes) -> int: ...
     async def update(self, key: str, value: bytes, revision: int) -> int: ...
@@ -225,33 +228,91 @@ class JetStreamStorage:
         # Key -> sequence of this client's last acknowledged write of it, in two generations.
         self._wrote: dict[str, int] = {}
         self._wrote_before: dict[str, int] = {}
+        # Reads answered from memory, kept exact by `feed` (shared/storage_feed.py); None: off.
+        self.cache: StorageCache | None = None
+        self.feed: storage_feed.CacheFeed | None = None
 
     @classmethod
     async def open(
-        cls, js: JetStreamContext, bucket: str, *, replicas: int = 1, history: int = 1
+        cls,
+        js: JetStreamContext,
+        bucket: str,
+        *,
+        replicas: int = 1,
+        history: int = 1,
+        cache_feed: str = "",
     ) -> JetStreamStorage:
+        """`cache_feed`: keep a read cache, invalidated by the stream's republish of every
+        write to `<cache_feed>.<key>`, where that can be exact (one server, one replica, a
+        client that delivers inline); empty: none."""
+        nc = js._nc
+        if cache_feed and not (
+            replicas == 1 and isinstance(nc, InlineClient) and storage_feed.standalone(nc)
+        ):
+            cache_feed = ""
+        republish = storage_feed.republish_for(bucket, cache_feed) if cache_feed else None
         try:
             kv = await js.key_value(bucket)
         except nats.js.errors.BucketNotFoundError:
             config = KeyValueConfig(
-                bucket=bucket, history=history, replicas=replicas, storage=StorageType.FILE
+                bucket=bucket,
+                history=history,
+                replicas=replicas,
+                storage=StorageType.FILE,
+                republish=republish,
+                direct=True if republish else None,
             )
             try:
                 kv = await js.create_key_value(config)
             except nats.js.errors.BadRequestError:
                 kv = await js.key_value(bucket)  # another replica created it first
-        return cls(kv, js, bucket, direct=await _direct_reads(js, f"KV_{bucket}"))
+        stream = f"KV_{bucket}"
+        if republish is not None:
+            await storage_feed.prepare_stream(js, stream, republish)
+        storage = cls(kv, js, bucket, direct=await _direct_reads(js, stream))
+        if republish is not None and storage.direct:
+            assert isinstance(nc, InlineClient)
+            storage.feed = feed = storage_feed.CacheFeed(nc, js, bucket, stream, cache_feed)
+            storage.cache = feed.cache
+            await feed.start()
+        return storage
 
     @property
     def stream(self) -> str:
         return f"KV_{self.bucket}"
 
+    def peek(self, key: str) -> Entry | object | None:
+        """What `get` would answer, if the cache can say it now without a wait; else MISS."""
+        cache = self.cache
+        return MISS if cache is None else cache.lookup(encode_key(key))
+
     async def get(self, key: str) -> Entry | None:
+        """The key's entry: from the cache when it can answer, else from the stream (and kept
+        in the cache if no write of the key landed meanwhile)."""
+        ekey = encode_key(key)
+        cache = self.cache
+        if cache is None:
+            return await self._get(key, ekey)
+        hit = cache.lookup(ekey)
+        if hit is not MISS:
+            return cast("Entry | None", hit)
+        fill = cache.begin(ekey)
+        if fill is None:
+            return await self._get(key, ekey)
+        try:
+            entry = await self._get(key, ekey)
+        except BaseException:
+            cache.end(fill, None, keep=False)
+            raise
+        cache.end(fill, entry)
+        return entry
+
+    async def _get(self, key: str, ekey: str) -> Entry | None:
         """The last message of the key's subject, read from the stream leader. This is the hot
         path of every secrets read: a Direct Get where the stream allows it (`_direct_reads`),
         else one JetStream API request decoded with msgspec, without nats-py's generic JSON and
         MIME header parsing."""
-        subject = f"$KV.{self.bucket}.{encode_key(key)}"
+        subject = f"$KV.{self.bucket}.{ekey}"
         if self.direct:
             try:
                 return await self._get_direct(key, subject)
@@ -478,6 +539,9 @@ class MemoryStorage:
             if key.startswith(prefix):
                 q.put_nowait(Change(key, value, self.rev))
         return self.rev
+
+    def peek(self, key: str) -> Entry | object | None:
+        return self.data.get(key)
 
     async def get(self, key: str) -> Entry | None:
         return self.data.get(key)

@@ -116,6 +116,16 @@ SECRETS_STATE = Subject(
     "a secrets replica's seal and cluster state, on change and every second",
 )
 
+# Every write the secrets bucket stores, republished by the stream itself (headers only, the
+# key as the subject's tail): each replica's storage cache drops the key (shared/storage_feed.py).
+SECRETS_STORAGE_FEED = Subject(
+    "secrets.kvcache",
+    None,
+    "stored message headers",
+    "none",
+    "a write stored in the secrets bucket; replicas drop their cached copy of the key",
+)
+
 # CPU-heavy asymmetric work, served by crypto workers in one queue group.
 CRYPTO = Subject(
     "crypto.cmd",

@@ -102,16 +102,18 @@ def pytest_make_collect_report(collector: pytest.Collector):  # type: ignore[no-
 
 
 # ./test.sh runs the suite in two pytest-xdist workers (`-n 2 --dist loadgroup`), where a test
-# file stays on one worker so its module fixtures start once; then, alone, the files that load
-# the machine most or measure time (chaos drills, fuzzing, kill -9 and flood tests): marked
-# `one_chain`, they never share the two cores with another test.
+# file stays on one worker so its module fixtures start once; then, alone, the tests that load
+# the machine most or hold it to a deadline (chaos drills, fuzzing, kill -9 and flood tests):
+# marked `one_chain`, they never share the two cores with another test. Node-id prefixes: a
+# file's other tests (no deadline of their own) stay in the parallel part.
 ONE_CHAIN = (
-    "tests/chaos/",
+    "tests/chaos/test_dr_failover.py",
+    "tests/chaos/test_drill_",
+    "tests/chaos/test_secrets_replica_kill.py",
     "tests/fuzz/",
     "tests/e2e/test_sched_blocking.py",
-    "tests/e2e/test_supervision.py",
+    "tests/e2e/test_supervision.py::test_kill_9_of_each_child_and_the_apis_come_back",
     "tests/e2e/test_gateway_processes.py",
-    "tests/security/test_bus_sniff.py",
 )
 
 
@@ -120,7 +122,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     xdist = config.pluginmanager.hasplugin("xdist")
     for item in items:
         path = item.nodeid.split("::", 1)[0]
-        if path.startswith(ONE_CHAIN):
+        if item.nodeid.startswith(ONE_CHAIN):
             item.add_marker(pytest.mark.one_chain)
         if xdist:
             item.add_marker(pytest.mark.xdist_group(path))
@@ -154,9 +156,11 @@ def openbao() -> Iterator[OpenBao]:
 @pytest.fixture(scope="session")
 def trellis_dev() -> Iterator[DevProcess]:
     """One plain `trellis dev` for the session, Trellis's side beside `openbao`: the suites that
-    compare the two (conformance, security, the bao CLI session) share both servers, with
-    unique mount, user and policy names (each start and stop costs seconds; idle, it costs
-    little)."""
+    compare the two (conformance, security, the bao CLI session, hostile bytes) share both
+    servers, with unique mount, user and policy names, and so does test_sched_nomad_extras.py
+    with job names of its own (not test_sched_day_two.py: it adds a second client node, and
+    node-scoped calls then need a node id). Each start and stop costs seconds and ~10 s of CPU;
+    idle, it costs little."""
     from tests.procs import dev
 
     with dev() as d:

@@ -15,6 +15,7 @@ import msgspec
 
 from services.crypto.batching import Batcher
 from services.crypto.messages import CryptoReply, CryptoRequest
+from services.crypto.shared_args import SharedArgs
 from shared import subjects
 from shared.bus import Bus
 from shared.control import CRYPTO, ControlBox, Rejected
@@ -49,10 +50,25 @@ def _batcher(bus: Bus, cluster: str) -> Batcher:
 
 
 async def crypto_call(
-    bus: Bus, cluster: str, op: str, args: dict[str, Any], *, timeout: float = 60.0
+    bus: Bus,
+    cluster: str,
+    op: str,
+    args: dict[str, Any],
+    *,
+    timeout: float = 60.0,
+    shared: SharedArgs | None = None,
 ) -> Any:
-    """Run `op` on a crypto worker; its refusals come back as ServiceError(400, message)."""
-    reply = await _batcher(bus, cluster).call(CryptoRequest(op=op, args=args), timeout)
+    """Run `op` on a crypto worker with `args` over the `shared` ones (sent by reference, and
+    in full only to a worker that does not hold them); its refusals come back as
+    ServiceError(400, message)."""
+    batcher = _batcher(bus, cluster)
+    if shared is None:
+        reply = await batcher.call(CryptoRequest(op=op, args=args), timeout)
+    else:
+        reply = await batcher.call(CryptoRequest(op=op, own=args, ref=shared.ref), timeout)
+        if reply.unknown_ref:
+            request = CryptoRequest(op=op, own=args, ref=shared.ref, shared=shared.raw)
+            reply = await batcher.call(request, timeout)
     if reply.error_code:
         raise ServiceError(reply.error_code, reply.error_message)
     return reply.result

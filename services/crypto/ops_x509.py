@@ -41,7 +41,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 from cryptography.x509.oid import ExtensionOID, NameOID
 
-from services.crypto import x509_leaf
+from services.crypto import ec_forms, x509_leaf
 from services.crypto.ops import CryptoFailure, operation
 from services.crypto.ops_keys import (
     PrivateKey,
@@ -763,11 +763,11 @@ def _san_der(sans: SansSpec) -> bytes | None:
 
 
 def leaf_der(
-    spec: CertSpec, subject_pub: PublicKey, signer: Signer | None
+    spec: CertSpec, subject_pub: PublicKey | None, signer: Signer | None, *, spki: bytes = b""
 ) -> tuple[bytes, int] | None:
     """A leaf signed by `signer` from its template, (DER, serial): what build_certificate would
-    make (with no CSR), or None where that must make it (CA, RSA-PSS, a given SKI, name
-    constraints, anything refused)."""
+    make (with no CSR) for `subject_pub` (or its SPKI DER, `spki`), or None where that must make
+    it (CA, RSA-PSS, a given SKI, name constraints, anything refused)."""
     if signer is None or spec.is_ca or spec.use_pss or spec.skid:
         return None
     if any(getattr(spec, name) for name in _CONSTRAINTS):
@@ -785,11 +785,17 @@ def leaf_der(
             not_after=spec.not_after,
             subject=_subject_der(spec.subject),
             san=_san_der(spec.sans),
-            subject_pub=subject_pub,
+            spki=spki or _spki(subject_pub),  # type: ignore[arg-type]
         )
     except (CryptoFailure, ValueError, TypeError):
         return None
     return der, serial
+
+
+def _spki(pub: PublicKey) -> bytes:
+    return pub.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
 
 
 def cert_info(cert: x509.Certificate) -> dict[str, Any]:
@@ -916,8 +922,11 @@ _PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----\s*(.*?)\s*-----END \1----
 @guarded
 def x509_issue(a: IssueArgs) -> dict[str, Any]:
     key = generate_private_key(a.key_type, a.key_bits)
-    pub = key.public_key()
-    leaf = leaf_der(a.cert, pub, a.signer)  # type: ignore[arg-type]
+    sec1, spki = "", b""
+    if isinstance(key, ec.EllipticCurvePrivateKey) and "traditional" in a.key_forms:
+        sec1, spki = ec_forms.sec1_and_spki(key)
+    pub = None if spki else key.public_key()
+    leaf = leaf_der(a.cert, pub, a.signer, spki=spki)  # type: ignore[arg-type]
     if leaf is not None:
         der, serial = leaf
         out: dict[str, Any] = {
@@ -927,12 +936,13 @@ def x509_issue(a: IssueArgs) -> dict[str, Any]:
             "not_after": a.cert.not_after,
         }
     else:
+        pub = key.public_key()
         cert = build_certificate(a.cert, pub, a.signer, key, None)  # type: ignore[arg-type]
         # Leaves are the hot path: skip the full info block unless this is a CA.
         out = _cert_result(cert, info=a.cert.is_ca)
     key_type, key_bits = describe(key)
     if "traditional" in a.key_forms:
-        out["private_key"] = private_pem(key, "traditional")
+        out["private_key"] = sec1 or private_pem(key, "traditional")
     if "pkcs8" in a.key_forms:
         out["private_key_pkcs8"] = private_pem(key, "pkcs8")
     out.update(private_key_type=key_type, key_bits=key_bits)

@@ -16,6 +16,7 @@ import structlog
 from services.crypto.keypool import POOL
 from services.crypto.messages import CryptoReply, CryptoRequest
 from services.crypto.ops import CryptoFailure, load_all, run_local
+from services.crypto.shared_args import SharedStore, UnknownRef
 from shared import subjects
 from shared.bus import Bus, CallContext
 from shared.cluster_identity import load_identity
@@ -26,12 +27,22 @@ from shared.settings import Settings
 log = structlog.get_logger("crypto")
 
 
-def run_one(req: CryptoRequest) -> CryptoReply:
+def run_one(req: CryptoRequest, store: SharedStore) -> CryptoReply:
+    try:
+        args = store.resolve(req.ref, req.shared, req.own) if req.ref or req.shared else req.args
+    except UnknownRef:
+        return CryptoReply(
+            error_code=503,
+            error_message="the worker lost the call's shared arguments",
+            unknown_ref=True,
+        )
+    except msgspec.DecodeError:
+        return CryptoReply(error_code=400, error_message="malformed shared arguments")
     try:
         # Inline, not in a thread: a process runs one op at a time anyway, and a thread hop made
         # the loop thread (busy receiving the next requests) fight the op for the GIL: EC
         # issuing ran at half speed under load.
-        return CryptoReply(result=run_local(req.op, req.args))
+        return CryptoReply(result=run_local(req.op, args))
     except CryptoFailure as exc:
         return CryptoReply(error_code=400, error_message=str(exc))
 
@@ -50,6 +61,7 @@ class CryptoService:
         if identity.crypto_key is None:
             raise ServiceError(500, "the crypto worker needs its channel key (crypto_key_file)")
         self.box = ControlBox(identity.crypto_key, CRYPTO, window=120.0)
+        self.shared = SharedStore()
 
     @property
     def ready(self) -> bool:
@@ -60,7 +72,7 @@ class CryptoService:
         self._refill = asyncio.create_task(POOL.run(), name="rsa-key-pool")
 
         subject = subjects.CRYPTO.on(self.settings.cluster_name)
-        box = self.box
+        box, store = self.box, self.shared
         worker = uuid.uuid4().hex[:16]
 
         async def handle(sealed: bytes, ctx: CallContext) -> bytes:
@@ -71,9 +83,9 @@ class CryptoService:
                 log.warning("crypto command refused", reason=str(exc))
                 raise ServiceError(403, "crypto commands are accepted from secrets only") from None
             if req.batch:
-                reply = CryptoReply(batch=[run_one(r) for r in req.batch])
+                reply = CryptoReply(batch=[run_one(r, store) for r in req.batch])
             else:
-                reply = run_one(req)
+                reply = run_one(req, store)
             reply.worker = worker
             return box.seal(
                 ControlBox.reply_context(subject, sealed), msgspec.msgpack.encode(reply)

@@ -20,7 +20,7 @@ import hashlib
 import time
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 from cryptography.x509.oid import ExtensionOID
 
@@ -104,11 +104,12 @@ def extension_der(oid: x509.ObjectIdentifier, critical: bool, value_der: bytes) 
 _SKI_HEAD = extension_der(ExtensionOID.SUBJECT_KEY_IDENTIFIER, False, tlv(0x04, bytes(20)))[:-20]
 
 
-def pem(der: bytes) -> str:
-    """A certificate's PEM, as `cryptography` writes it (64 characters a line)."""
+def pem(der: bytes, label: str = "CERTIFICATE") -> str:
+    """A PEM block (a certificate's by default), as `cryptography` writes it (64 characters a
+    line)."""
     b64 = base64.b64encode(der).decode()
     lines = "\n".join(b64[i : i + 64] for i in range(0, len(b64), 64))
-    return f"-----BEGIN CERTIFICATE-----\n{lines}\n-----END CERTIFICATE-----\n"
+    return f"-----BEGIN {label}-----\n{lines}\n-----END {label}-----\n"
 
 
 def _ext(e: x509.Extension[x509.ExtensionType]) -> bytes:
@@ -167,13 +168,10 @@ class LeafTemplate:
         not_after: int,
         subject: bytes,
         san: bytes | None,
-        subject_pub: PublicKey,
+        spki: bytes,
     ) -> bytes:
-        """The signed certificate's DER (times as `time_der` takes them) for a subject Name's DER
-        and the SubjectAlternativeName's value (None: no SANs)."""
-        spki = subject_pub.public_bytes(
-            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
+        """The signed certificate's DER (times as `time_der` takes them) for a subject Name's DER,
+        the SubjectAlternativeName's value (None: no SANs) and the subject's SPKI DER."""
         # The SKI is the SHA-1 of the subjectPublicKey bits (RFC 5280 4.2.1.2 method 1), the
         # BIT STRING after the algorithm in the SPKI.
         start, _ = content(spki, 0)

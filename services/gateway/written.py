@@ -23,7 +23,13 @@ DROP_OUT = frozenset(
     {"content-length", "transfer-encoding", "connection", "date", "server", "x-request-id"}
 )
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
-_SERVER = f"Server: {SERVER_SOFTWARE}"
+_SERVER = f"Server: {SERVER_SOFTWARE}\r\n"
+# What ends a head: Server, then Connection where the version's default does not hold.
+_TAIL = _SERVER + "\r\n"
+_TAIL_10_KEEP = _SERVER + "Connection: keep-alive\r\n\r\n"
+_TAIL_11_CLOSE = _SERVER + "Connection: close\r\n\r\n"
+_CRLF = "\r\n"
+_UNTYPED = "Content-Type: application/octet-stream\r\n"
 # What aiohttp refuses in a header (a control character but tab): header injection.
 _FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
@@ -52,6 +58,20 @@ def ordinary(status: int, headers: Mapping[str, str], body: bytes) -> web.Respon
     return web.Response(status=status, body=body, headers=out)
 
 
+_STATUS_LINES: dict[tuple[HttpVersion, int], str] = {}
+
+
+def _status_line(version: HttpVersion, status: int) -> str:
+    """The status line, built once per HTTP version and status."""
+    key = (version, status)
+    line = _STATUS_LINES.get(key)
+    if line is None:
+        line = f"HTTP/{version.major}.{version.minor} {status} {_REASONS.get(status, '')}\r\n"
+        if len(_STATUS_LINES) < 4096:  # bounded: the version is the client's to choose
+            _STATUS_LINES[key] = line
+    return line
+
+
 def encode(
     version: HttpVersion,
     keep_alive: bool,
@@ -65,7 +85,9 @@ def encode(
     must write it (`ordinary`)."""
     if method == "HEAD" or not 200 <= status < 600 or status in (204, 304):
         return None
-    lines = [f"HTTP/{version.major}.{version.minor} {status} {_REASONS.get(status, '')}"]
+    # Only the reply's headers and the request id (the client's, where it sent one) can carry
+    # a control character; the gateway's own lines cannot.
+    lines: list[str] = []
     typed = False
     for name, value in headers.items():
         low = name.lower()
@@ -74,20 +96,21 @@ def encode(
         typed = typed or low == "content-type"
         lines.append(f"{name}: {value}")
     lines.append(f"X-Request-Id: {request_id}")
-    lines.append(f"Content-Length: {len(body)}")
-    if body and not typed:
-        lines.append("Content-Type: application/octet-stream")
-    lines.append(f"Date: {rfc822_formatted_time()}")
-    lines.append(_SERVER)
-    if version == HttpVersion10 and keep_alive:
-        lines.append("Connection: keep-alive")
-    elif version == HttpVersion11 and not keep_alive:
-        lines.append("Connection: close")
     text = "".join(lines)
     # isprintable() is false for every control character (and for tab): a quick yes.
     if not text.isprintable() and _FORBIDDEN.search(text) is not None:
         return None  # aiohttp refuses it, as before
-    head = "\r\n".join(lines) + "\r\n\r\n"
+    if version == HttpVersion10:
+        tail = _TAIL_10_KEEP if keep_alive else _TAIL
+    elif version == HttpVersion11 and not keep_alive:
+        tail = _TAIL_11_CLOSE
+    else:
+        tail = _TAIL
+    untyped = _UNTYPED if body and not typed else ""
+    head = (
+        f"{_status_line(version, status)}{_CRLF.join(lines)}\r\nContent-Length: {len(body)}"
+        f"\r\n{untyped}Date: {rfc822_formatted_time()}\r\n{tail}"
+    )
     return head.encode() + body
 
 

@@ -66,7 +66,12 @@ class SecretsService:
     async def start(self) -> None:
         js = self.bus.nc.jetstream()
         storage = await JetStreamStorage.open(
-            js, bucket_name(self.settings, "secrets"), replicas=self.settings.replicas
+            js,
+            bucket_name(self.settings, "secrets"),
+            replicas=self.settings.replicas,
+            cache_feed=subjects.SECRETS_STORAGE_FEED.on(self.settings.cluster_name)
+            if self.settings.storage_cache
+            else "",
         )
         leader_store = await JetStreamStorage.open(
             js, bucket_name(self.settings, "leader"), replicas=self.settings.replicas
@@ -77,8 +82,8 @@ class SecretsService:
         await _retrying(core.seal.load_config)  # storage answers before anything subscribes
         await core.start()
 
-        async def on_http(req: HttpRequest, ctx: CallContext) -> HttpResponse:
-            return await handle_http(core, req)
+        def on_http(req: HttpRequest, ctx: CallContext) -> Awaitable[HttpResponse]:
+            return handle_http(core, req)  # the coroutine itself: no wrapping frame per request
 
         async def on_echo(req: HttpRequest, ctx: CallContext) -> HttpResponse:
             return HttpResponse(status=200, body=b'{"echo":true}')

@@ -9,18 +9,15 @@ from __future__ import annotations
 import json
 import socket
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import pytest
 
 from tests.openbao import OpenBao
-from tests.procs import DevProcess, dev
+from tests.procs import DevProcess
 
 pytestmark = pytest.mark.e2e
-
-TOKEN = "hostile-root"
 
 DEEP_ARRAY = b"[" * 10_000 + b"]" * 10_000
 DEEP_OBJECT = b'{"a":' * 10_000 + b"1" + b"}" * 10_000
@@ -58,7 +55,7 @@ def raw_request(base: str, head: bytes, body: bytes = b"", timeout: float = 30.0
     return Reply(status, headers, rest)
 
 
-def post(base: str, path: str, body: bytes, ctype: str, token: str = TOKEN) -> Reply:
+def post(base: str, path: str, body: bytes, ctype: str, token: str) -> Reply:
     head = (
         f"POST {path} HTTP/1.1\r\nHost: trellis\r\nX-Vault-Token: {token}\r\n"
         f"Authorization: Bearer {token}\r\nContent-Type: {ctype}\r\n"
@@ -68,9 +65,10 @@ def post(base: str, path: str, body: bytes, ctype: str, token: str = TOKEN) -> R
 
 
 @pytest.fixture(scope="module")
-def trellis() -> Iterator[DevProcess]:
-    with dev("--root-token", TOKEN) as d:
-        yield d
+def trellis(trellis_dev: DevProcess) -> DevProcess:
+    """The session's `trellis dev` (every body here is refused: nothing is left behind but a
+    KV secret of a unique name and a PKI mount of one)."""
+    return trellis_dev
 
 
 # --- secrets: OpenBao's words, `{"errors": [...]}` ---
@@ -104,16 +102,20 @@ def _secrets_error(r: Reply, words: str) -> None:
     ("body", "words"), [c[1:] for c in SECRETS_BODIES], ids=[c[0] for c in SECRETS_BODIES]
 )
 def test_token_create_refuses(trellis: DevProcess, body: bytes, words: str) -> None:
-    _secrets_error(post(trellis.secrets, "/v1/auth/token/create", body, "application/json"), words)
+    r = post(trellis.secrets, "/v1/auth/token/create", body, "application/json", trellis.root_token)
+    _secrets_error(r, words)
 
 
 @pytest.fixture(scope="module")
 def pki_role(trellis: DevProcess) -> str:
     mount = f"pki-{uuid.uuid4().hex[:8]}"
-    r = post(trellis.secrets, f"/v1/sys/mounts/{mount}", b'{"type": "pki"}', "application/json")
+    token = trellis.root_token
+    r = post(
+        trellis.secrets, f"/v1/sys/mounts/{mount}", b'{"type": "pki"}', "application/json", token
+    )
     assert r.status in (200, 204), r.body
     role = b'{"allow_any_name": true, "max_ttl": "1h"}'
-    r = post(trellis.secrets, f"/v1/{mount}/roles/web", role, "application/json")
+    r = post(trellis.secrets, f"/v1/{mount}/roles/web", role, "application/json", token)
     assert r.status in (200, 204), r.body
     return f"/v1/{mount}/issue/web"
 
@@ -130,15 +132,16 @@ def pki_role(trellis: DevProcess) -> str:
     ids=["infinity", "1e999", "-infinity", "invalid-utf8", "deep"],
 )
 def test_pki_issue_refuses(trellis: DevProcess, pki_role: str, body: bytes, words: str) -> None:
-    _secrets_error(post(trellis.secrets, pki_role, body, "application/json"), words)
+    r = post(trellis.secrets, pki_role, body, "application/json", trellis.root_token)
+    _secrets_error(r, words)
 
 
 def test_kv_lone_surrogate_reads_back_as_replacement_character(trellis: DevProcess) -> None:
     path = f"/v1/secret/data/hostile-{uuid.uuid4().hex[:8]}"
     body = b'{"data": {"a": "x\\ud800y", "b": "\\udc00", "pair": "\\ud83d\\ude00"}}'
-    r = post(trellis.secrets, path, body, "application/json")
+    r = post(trellis.secrets, path, body, "application/json", trellis.root_token)
     assert r.status in (200, 204), r.body
-    head = f"GET {path} HTTP/1.1\r\nHost: trellis\r\nX-Vault-Token: {TOKEN}".encode()
+    head = f"GET {path} HTTP/1.1\r\nHost: trellis\r\nX-Vault-Token: {trellis.root_token}".encode()
     got = raw_request(trellis.secrets, head)
     assert got.status == 200, got.body
     data = got.json()["data"]["data"]  # type: ignore[index]
@@ -167,7 +170,9 @@ def _first_error(r: Reply) -> str:
 
 @pytest.mark.parametrize("body", [c[1] for c in ORACLE_BODIES], ids=[c[0] for c in ORACLE_BODIES])
 def test_secrets_answers_as_openbao(trellis: DevProcess, openbao: OpenBao, body: bytes) -> None:
-    ours = post(trellis.secrets, "/v1/auth/token/create", body, "application/json")
+    ours = post(
+        trellis.secrets, "/v1/auth/token/create", body, "application/json", trellis.root_token
+    )
     theirs = post(openbao.addr, "/v1/auth/token/create", body, "application/json", openbao.token)
     assert ours.status == theirs.status == 400, (ours.body[:200], theirs.body[:200])
     # OpenBao's opening words; what follows is each decoder's own detail.
@@ -181,7 +186,7 @@ def test_lone_surrogates_read_back_as_openbao_stores_them(
     name = f"surrogate-{uuid.uuid4().hex[:8]}"
     body = b'{"data": {"a": "x\\ud800y", "b": "\\udfff", "c": "\\ud83d\\ude00"}}'
     got = []
-    for base, token in ((trellis.secrets, TOKEN), (openbao.addr, openbao.token)):
+    for base, token in ((trellis.secrets, trellis.root_token), (openbao.addr, openbao.token)):
         r = post(base, f"/v1/secret/data/{name}", body, "application/json", token)
         assert r.status in (200, 204), r.body
         head = f"GET /v1/secret/data/{name} HTTP/1.1\r\nHost: x\r\nX-Vault-Token: {token}"
@@ -218,7 +223,8 @@ WS_BODIES = [
     ("body", "words"), [c[1:] for c in WS_BODIES], ids=[c[0] for c in WS_BODIES]
 )
 def test_workspace_refuses(trellis: DevProcess, body: bytes, words: str) -> None:
-    r = post(trellis.workspace, "/api/v2/organizations", body, "application/vnd.api+json")
+    ctype = "application/vnd.api+json"
+    r = post(trellis.workspace, "/api/v2/organizations", body, ctype, trellis.root_token)
     assert r.status == 422, (r.status, r.body[:300])  # TFC: a malformed body is a 422
     err = r.json()["errors"][0]  # type: ignore[index]
     assert err["status"] == "422"
@@ -243,7 +249,7 @@ SCHED_BODIES = [
 )
 @pytest.mark.parametrize("path", ["/v1/jobs", "/v1/jobs/parse", "/v1/job/x"])
 def test_scheduler_refuses(trellis: DevProcess, path: str, body: bytes, words: str) -> None:
-    r = post(trellis.scheduler, path, body, "application/json")
+    r = post(trellis.scheduler, path, body, "application/json", trellis.root_token)
     assert r.status == 400, (r.status, r.body[:300])
     assert r.headers["content-type"].startswith("text/plain")
     assert r.body.startswith(b"Failed to decode request body: "), r.body[:300]
@@ -272,12 +278,13 @@ def test_odd_request_lines_answer_below_500(
     trellis: DevProcess, listener: str, line: bytes
 ) -> None:
     base = getattr(trellis, listener)
-    r = raw_request(base, line + b"\r\nHost: trellis\r\nX-Vault-Token: " + TOKEN.encode())
+    token = trellis.root_token.encode()
+    r = raw_request(base, line + b"\r\nHost: trellis\r\nX-Vault-Token: " + token)
     assert r.status < 500, (r.status, r.body[:300])
     if line.startswith(b"OPTIONS *"):
         assert r.status == 200  # as OpenBao (Go's net/http) answers it
         return
-    assert TOKEN.encode() not in r.body  # TRACE must not echo the request back
+    assert token not in r.body  # TRACE must not echo the request back
     if listener == "secrets" and b" 127.0.0.1:22 " in line:
         assert r.status == 404  # OpenBao: no such path
     else:

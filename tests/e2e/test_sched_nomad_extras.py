@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +16,16 @@ import nomad.api.exceptions as nexc
 import pytest
 import requests
 
-from tests.procs import DevProcess, start_dev, until, wait_node_ready
+from tests.procs import DevProcess, until, wait_node_ready
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def d() -> Iterator[DevProcess]:
-    proc = start_dev()
-    try:
-        wait_node_ready(proc)
-        yield proc
-    finally:
-        proc.stop()
+def d(trellis_dev: DevProcess) -> DevProcess:
+    """The session's plain `trellis dev` (this file's job and variable names are its own)."""
+    wait_node_ready(trellis_dev)
+    return trellis_dev
 
 
 @pytest.fixture(scope="module")

@@ -3,10 +3,14 @@ change, a revocation, a renewal, a mount disabled or moved, each is seen by the 
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 
 import pytest
 
+from services.secrets.core.dispatch import handle_http
+from shared.messages import HttpRequest
 from tests.harness import Cluster, start_cluster
 
 pytestmark = pytest.mark.nats
@@ -182,5 +186,50 @@ async def test_write_plans_follow_parameters_existence_policy_mount_and_token(
         for _ in range(3):
             assert (await c.request("POST", path, token=limited, json=plain))[0] == 200
         assert (await c.request("POST", path, token=limited, json=plain))[0] == 403
+    finally:
+        await c.close()
+
+
+async def test_planned_reads_check_the_callers_address_and_the_tokens_expiry(
+    nats_url: str,
+) -> None:
+    """The plan's token comes from the token cache: its CIDR binding is checked against each
+    request's own address, and an expired token is refused although its plan is there."""
+    c = await start_cluster(nats_url)
+    try:
+        core = c.secrets[0].core
+        assert core is not None
+
+        async def lookup_self(token: str, addr: str) -> int:
+            env = HttpRequest(
+                method="GET",
+                path="/v1/auth/token/lookup-self",
+                headers={"x-vault-token": token},
+                remote_addr=addr,
+            )
+            return (await handle_http(core, env)).status
+
+        # A token without an entity (so planned) bound to CIDRs, as a token role's
+        # token_bound_cidrs makes one: bound on the cached entry the plan will hold.
+        bound = (await _ok(c, "POST", "/v1/auth/token/create", {"ttl": "1h"}))["auth"]
+        entry = await core.tokens.lookup(bound["client_token"])
+        assert entry is not None and not entry.entity_id
+        entry.bound_cidrs = ["10.9.8.0/24"]
+        for addr in ("10.9.8.7", "10.9.8.7", "10.9.9.7", "10.9.8.7", "127.0.0.1"):
+            assert await lookup_self(bound["client_token"], addr) == (
+                200 if addr.startswith("10.9.8.") else 403
+            ), addr
+
+        short = (await _ok(c, "POST", "/v1/auth/token/create", {"ttl": "2s"}))["auth"]
+        assert await lookup_self(short["client_token"], "127.0.0.1") == 200
+        assert await lookup_self(short["client_token"], "127.0.0.1") == 200
+        entry = await core.tokens.lookup(short["client_token"])
+        assert entry is not None
+        # Past its expiry (well within the token cache's 5 s), the very next request fails.
+        deadline = time.monotonic() + 20
+        while time.time() < entry.expire_time + 0.05:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        assert await lookup_self(short["client_token"], "127.0.0.1") == 403
     finally:
         await c.close()

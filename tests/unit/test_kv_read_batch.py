@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from services.secrets.engines.kv.read_batch import ReadBatch
+from shared.storage_cache import MISS
 
 
 class Store:
@@ -78,3 +79,15 @@ async def test_cancelled_reads_leave_the_others_answered() -> None:
     with pytest.raises(asyncio.CancelledError):
         await joiners[0]
     assert await asyncio.gather(*joiners[1:]) == [("a", 1), ("a", 1)]
+
+
+async def test_a_read_the_cache_can_answer_takes_no_turn_and_no_get() -> None:
+    store = Store()
+    known: dict[str, object] = {"a": ("a", 7)}
+    batch = ReadBatch(store.fetch, lambda key: known.get(key, MISS))
+    read = batch.get("a").__await__()
+    with pytest.raises(StopIteration) as done:  # finished in its first step: no wait at all
+        read.send(None)
+    assert done.value.value == ("a", 7)
+    assert await batch.get("b") == ("b", 1)  # a miss reads storage as before
+    assert store.fetches == 1

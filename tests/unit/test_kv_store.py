@@ -15,6 +15,7 @@ from services.secrets.engines.kv.versions import add_version
 from services.secrets.errors import SecretsError
 from services.secrets.keyring import Keyring
 from shared.storage import Entry, MemoryStorage
+from shared.storage_cache import MISS
 
 
 class YieldingStorage(MemoryStorage):
@@ -134,3 +135,20 @@ async def test_a_sealed_barrier_reads_nothing_from_the_memo() -> None:
     store.view.barrier.seal()
     with pytest.raises(SecretsError):
         await store.read_key("k")
+
+
+async def test_reads_answered_without_a_wait_only_from_a_value_decoded_before() -> None:
+    storage = MemoryStorage()
+    barrier = Barrier(storage)
+    assert barrier.peek_decoded("logical/m/meta/k", {}) is MISS  # sealed: the waiting path says so
+    barrier.unseal(Keyring.new())
+    store = KVStore(barrier.view("logical/m/"))
+    assert store._peek_key("k") is None  # absent, known at once
+    await write(store, "k", b'{"n":1}')
+    assert store._peek_key("k") is MISS  # stored, never decoded: decrypting needs the wait
+    first = await store.read_key("k")
+    assert first is not None and store._peek_key("k") is first
+    await write(store, "k", b'{"n":2}')  # a new ciphertext: the memo no longer names it
+    assert store._peek_key("k") is MISS
+    second = await store.read_key("k")
+    assert second is not None and second.current == 2 and store._peek_key("k") is second

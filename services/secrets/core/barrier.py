@@ -12,6 +12,7 @@ import msgspec
 from services.secrets.errors import sealed
 from services.secrets.keyring import Keyring, UnknownTerm
 from shared.storage import CasConflict, Storage
+from shared.storage_cache import MISS
 
 __all__ = ["Barrier", "BarrierView", "CasConflict", "children"]
 
@@ -108,6 +109,19 @@ class Barrier:
             memo[path] = (entry.value, value)
         return value
 
+    def peek_decoded(self, path: str, memo: dict[str, tuple[bytes, T]]) -> T | object | None:
+        """`get_decoded`'s answer when storage's cache and `memo` give it without a wait (a
+        value decoded before, or an absent key); MISS otherwise, and while sealed."""
+        if self.keyring is None:
+            return MISS
+        entry = self.storage.peek(path)
+        if entry is None or entry is MISS:
+            return entry
+        hit = memo.get(path)
+        if hit is not None and hit[0] == entry.value:  # type: ignore[union-attr]
+            return hit[1]
+        return MISS  # decrypting may need a new key term: the waiting path's job
+
     async def put(self, path: str, value: bytes) -> int:
         return await self.storage.put(path, self._ring().encrypt(path, value))
 
@@ -158,6 +172,9 @@ class BarrierView:
         self, path: str, decode: Callable[[bytes], T], memo: dict[str, tuple[bytes, T]]
     ) -> T | None:
         return await self.barrier.get_decoded(self.prefix + path, decode, memo)
+
+    def peek_decoded(self, path: str, memo: dict[str, tuple[bytes, T]]) -> T | object | None:
+        return self.barrier.peek_decoded(self.prefix + path, memo)
 
     async def put(self, path: str, value: bytes) -> int:
         return await self.barrier.put(self.prefix + path, value)

@@ -129,6 +129,10 @@ def _parse_body(env: HttpRequest) -> dict[str, Any]:
 
 async def handle_http(core: Core, env: HttpRequest) -> HttpResponse:
     try:
+        if env.method in PLANNED and not env.query:
+            planned = await _run_planned(core, env)
+            if planned is not None:
+                return planned
         return await _handle(core, env)
     except SecretsError as exc:
         return error_response(exc.code, [exc.message] if exc.message else [])
@@ -150,10 +154,6 @@ PLANNED = frozenset({"GET", "POST", "PUT"})
 
 
 async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
-    if env.method in PLANNED and not env.query:
-        planned = await _run_planned(core, env)
-        if planned is not None:
-            return planned
     raw_path = unquote(env.path)
     if not raw_path.startswith("/v1/"):
         return error_response(404, [f"no handler for {raw_path}: every route starts with /v1/"])
@@ -303,14 +303,26 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
 async def _run_planned(core: Core, env: HttpRequest) -> HttpResponse | None:
     """A request answered by its plan (core/plans.py); None: the full pipeline decides (and
     plans it again). A write goes through the same steps as in `_handle`, in the same order,
-    minus the lookups the plan settled."""
+    minus the lookups the plan settled. The token is checked first, from the token cache: that
+    check has no effect and sends any doubt to the full pipeline, so the order still holds."""
     if core.sealed or core.dr_mode == "secondary" or len(core.namespaces.by_path) != 1:
         return None
-    if header(env, "x-svc-namespace", "x-vault-namespace"):
+    headers = env.headers
+    if headers.get("x-svc-namespace") or headers.get("x-vault-namespace"):
         return None
     token_id = client_token(env)
     plan = core.plans.get(env.method, env.path, token_id, core.tables.get(ROOT.id))
     if plan is None:
+        return None
+    # The token and its ACL as the cache holds them (no storage read, no coroutine): anything
+    # but the plan's own objects sends the request down the full pipeline, which reads them.
+    entry = core.tokens.cached(token_id)
+    if (
+        entry is not plan.entry
+        or entry.num_uses != 0
+        or not addr_allowed(env.remote_addr, entry.bound_cidrs)
+        or core.policies.known_acl(ROOT, entry.policies) is not plan.acl
+    ):
         return None
     backend, mount, routed = plan.backend, plan.mount, plan.routed
     write = env.method != "GET"
@@ -322,14 +334,8 @@ async def _run_planned(core: Core, env: HttpRequest) -> HttpResponse | None:
     op = Op.UPDATE if write else Op.READ
     req = _request(core, env, backend, op, plan.rel, mount.path, mount, ROOT, data, token_id)
     req.capabilities = plan.capabilities
-    if write:
-        req.op = await backend.resolve_op(routed, req.op, req, fields)
-    entry = await _authenticate(core, token_id, env.remote_addr)
-    if entry is not plan.entry or entry.num_uses != 0:
-        return None
-    if await core.policies.acl(ROOT, entry.policies) is not plan.acl:
-        return None
     if write:  # a GET's plan was made past its ACL check, which holds while its ACL does
+        req.op = await backend.resolve_op(routed, req.op, req, fields)
         spec = backend.operation(routed, req.op)
         if spec.unauthenticated:
             return None
@@ -406,7 +412,7 @@ def _acl_path(core: Core, entry: TokenEntry, ns: Namespace, ns_path: str) -> str
 
 
 def _wrap_ttl(env: HttpRequest) -> int:
-    raw = header(env, "x-svc-wrap-ttl", "x-vault-wrap-ttl")
+    raw = env.headers.get("x-svc-wrap-ttl") or env.headers.get("x-vault-wrap-ttl")
     if not raw:
         return 0
     try:

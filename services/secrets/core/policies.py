@@ -84,6 +84,10 @@ class PolicyStore:
                 self._parsed[key] = None
         return self._parsed[key]
 
+    def known_acl(self, ns: Namespace, names: list[str]) -> ACL | None:
+        """The ACL `acl` would answer for these names as listed, if already built."""
+        return self._acls.get((ns.id, tuple(names)))
+
     async def acl(self, ns: Namespace, names: list[str]) -> ACL:
         # Found first by the names as the token lists them (every request asks), then by the
         # set they make, so each set of policies is one ACL however its tokens order them.

@@ -282,16 +282,26 @@ class TokenStore:
         return entry
 
     # ---- read -----------------------------------------------------------------------
+    def cached(self, token_id: str) -> TokenEntry | None:
+        """The entry `lookup` would answer from the cache, without a coroutine; None when it
+        would read storage (then call `lookup`)."""
+        if not token_id or len(token_id) > 256 or token_id.startswith("hvb."):
+            return None
+        hit = self._cache.get(self.hash(token_id))
+        if hit is not None and time.monotonic() - hit[1] < CACHE_SECONDS and not hit[0].expired():
+            return hit[0]
+        return None
+
     async def lookup(self, token_id: str) -> TokenEntry | None:
         if token_id.startswith("hvb."):
             return await self._lookup_batch(token_id)
+        hit = self.cached(token_id)
+        if hit is not None:
+            return hit
         if not token_id or len(token_id) > 256:
             return None
         key = self.hash(token_id)
-        hit = self._cache.get(key)
         started = time.monotonic()
-        if hit is not None and started - hit[1] < CACHE_SECONDS and not hit[0].expired():
-            return hit[0]
         view = self._view(self.namespace_of(token_id))
         if view is None:
             return None

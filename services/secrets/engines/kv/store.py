@@ -60,7 +60,7 @@ class KVStore:
         self.view = view
         self.commits = GroupCommit(self.get_key, self._write_key, self.delete_blobs)
         self._read_memo: dict[str, tuple[bytes, KeyRecord]] = {}
-        self._reads = ReadBatch(self._read_key)
+        self._reads = ReadBatch(self._read_key, self._peek_key)
 
     # ---- records ------------------------------------------------------------------------
     async def get_key(self, path: str) -> Got:
@@ -72,6 +72,9 @@ class KVStore:
         same loop turn share one get (read_batch). Shared between reads, so only for
         answering: a change starts from `get_key`'s own copy."""
         return await self._reads.get(path)
+
+    def _peek_key(self, path: str) -> KeyRecord | object | None:
+        return self.view.peek_decoded(META + path, self._read_memo)
 
     async def _read_key(self, path: str) -> KeyRecord | None:
         return await self.view.get_decoded(META + path, records.decode_key, self._read_memo)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from services.crypto.client import crypto_call
+from services.crypto.shared_args import SharedArgs
 from services.secrets.engines.pki import (
     ca,
     certs,
@@ -68,12 +69,20 @@ class PKIBackend(Backend):
         await self.cfg.refresh()  # one read tells whether this replica's cache is current
         return await super().call(routed, op, req, fields)
 
-    async def crypto(self, op: str, args: dict[str, Any], *, slow: bool = False) -> Any:
-        """Run one crypto op on a worker; its refusals become 400s naming the problem."""
+    async def crypto(
+        self, op: str, args: dict[str, Any], *, slow: bool = False, shared: SharedArgs | None = None
+    ) -> Any:
+        """Run one crypto op on a worker (`args` over `shared`, services/crypto/shared_args.py);
+        its refusals become 400s naming the problem."""
         timeout = SLOW_CALL_TIMEOUT if slow else CALL_TIMEOUT
         try:
             return await crypto_call(
-                self.core.bus, self.core.settings.cluster_name, op, args, timeout=timeout
+                self.core.bus,
+                self.core.settings.cluster_name,
+                op,
+                args,
+                timeout=timeout,
+                shared=shared,
             )
         except ServiceError as exc:
             if exc.code == 400:

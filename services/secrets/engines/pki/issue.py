@@ -90,7 +90,8 @@ async def leaf_spec(
     issuer: IssuerEntry,
     csr: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    """The CertSpec of a leaf under the role; 400 if any name or the lifetime is not allowed."""
+    """The CertSpec fields of this leaf alone (the role's and issuer's are `shared_args`); 400 if
+    any name or the lifetime is not allowed."""
     role = view.role
     cn = csr["subject"]["common_name"] if (csr is not None and role.use_csr_common_name) else ""
     cn = cn or f.common_name.strip()
@@ -148,8 +149,6 @@ async def leaf_spec(
         "sans": issue_plan.set_only(sans),
         "not_before": not_before,
         "not_after": not_after,
-        **view.fixed,
-        **await issue_plan.aia(b, issuer),
     }
 
 
@@ -176,10 +175,10 @@ def paths(b: PKIBackend) -> list[Path]:
                 "key_type": key_type,
                 "key_bits": key_bits,
                 "cert": spec,
-                "signer": signing.signer,
                 "key_forms": certs.key_forms(fmt, key_fmt),
             },
             slow=key_bits >= 4096,
+            shared=await issue_plan.shared_args(b, f.name, view, signing),
         )
         if not role.no_store:
             await certs.store(b, result, issuer.id)
@@ -200,7 +199,11 @@ def paths(b: PKIBackend) -> list[Path]:
         csr = await b.crypto("csr_parse", {"csr": f.csr})
         check_csr_key(role, csr)
         spec = await leaf_spec(b, req, view, f, issuer, csr)
-        result = await b.crypto("x509_sign", {"csr": f.csr, "cert": spec, "signer": signing.signer})
+        result = await b.crypto(
+            "x509_sign",
+            {"csr": f.csr, "cert": spec},
+            shared=await issue_plan.shared_args(b, f.name, view, signing),
+        )
         if not role.no_store:
             await certs.store(b, result, issuer.id)
         data = certs.cert_data(result, issuer, fmt, without_roots=f.remove_roots_from_chain)

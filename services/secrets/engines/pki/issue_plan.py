@@ -1,7 +1,8 @@
 """What issuing under a role reads from the mount's configuration, derived once per configuration
 generation (`ConfigCache.memo`) instead of decoded and rebuilt on every request: the role with
 the CertSpec fields it alone fixes, the issuer with the signer material it hands the crypto
-worker, and the issuer's AIA URLs. Every value here is shared by concurrent requests: read only.
+worker, the issuer's AIA URLs, and all three encoded as the arguments a leaf's crypto call sends
+by reference. Every value here is shared by concurrent requests: read only.
 
 Each piece is looked up where the request used to read it, so a request that several things are
 wrong with is still refused for the same one first.
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from services.crypto.shared_args import SharedArgs
 from services.secrets.engines.pki import urls
 
 if TYPE_CHECKING:
@@ -98,3 +100,20 @@ async def aia(b: PKIBackend, issuer: IssuerEntry) -> dict[str, list[str]]:
         return set_only(await urls.aia_for(b, issuer))
 
     return await b.cfg.memo(("aia", issuer.id), build)
+
+
+async def shared_args(b: PKIBackend, name: str, view: RoleView, signing: IssuerView) -> SharedArgs:
+    """What every leaf of role `name` signed by `signing` carries (the signer, the role's fixed
+    CertSpec fields, the issuer's URLs), encoded once per generation for the crypto workers to
+    hold by digest."""
+
+    async def build() -> tuple[RoleView, IssuerView, SharedArgs]:
+        cert = {**view.fixed, **await aia(b, signing.issuer)}
+        return view, signing, SharedArgs.of({"signer": signing.signer, "cert": cert})
+
+    held = await b.cfg.memo(("shared", name, signing.issuer.id), build)
+    if held[0] is not view or held[1] is not signing:
+        # Built from another generation's role or issuer than this request's (a change landed in
+        # between): the signer must be the one whose issuer the response names.
+        held = await build()
+    return held[2]
