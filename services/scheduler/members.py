@@ -19,6 +19,7 @@ PREFIX = "member."
 LEADER_KEY = "leader"
 RPC_PORT = 4647  # Nomad's server RPC port: what status/peers and raft answer
 SERF_PORT = 4648
+READS = 3  # listings tried before a list without this replica is believed
 
 
 class Member(msgspec.Struct, kw_only=True):
@@ -76,6 +77,17 @@ class Membership:
                 log.warning("member announce failed", error=str(exc))
 
     async def members(self) -> list[Member]:
+        """The fresh members. nats-py's key listing (an ordered consumer and its pending count)
+        can come back empty or short under load; a list without this replica, which announced
+        itself within the last period, is such a read: read again."""
+        found: list[Member] = []
+        for _ in range(READS):
+            found = await self._read_members()
+            if self._task is None or any(m.id == self.me.id for m in found):
+                break
+        return found
+
+    async def _read_members(self) -> list[Member]:
         try:
             keys = await self.kv.keys()
         except nats.js.errors.NoKeysError:
