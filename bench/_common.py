@@ -38,15 +38,18 @@ class Dev:
 def trellis_dev(*extra: str) -> Iterator[Dev]:
     ports = [free_port() for _ in range(3)]
     data = tempfile.mkdtemp(prefix="trellis-bench-")
-    proc = popen_dev(
-        ports,
-        "--data-dir",
-        data,
-        *extra,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    # Its log goes to a file in the data dir, so a start that fails can say why.
+    log_path = Path(data) / "dev-stderr.log"
+    with log_path.open("w") as log_file:
+        proc = popen_dev(
+            ports,
+            "--data-dir",
+            data,
+            *extra,
+            stdout=subprocess.PIPE,
+            stderr=log_file,
+            text=True,
+        )
     token = ""
     nats_url = ""
     deadline = time.monotonic() + 120
@@ -62,7 +65,9 @@ def trellis_dev(*extra: str) -> Iterator[Dev]:
             break
     if not token:
         proc.kill()
-        raise SystemExit("trellis dev did not start")
+        proc.wait()
+        tail = log_path.read_text(errors="replace").splitlines()[-15:]
+        raise SystemExit("trellis dev did not start; its last log lines:\n" + "\n".join(tail))
     try:
         yield Dev(
             f"http://127.0.0.1:{ports[0]}",
