@@ -4,14 +4,40 @@ drills, the benchmarks): a free loopback port, and a JSON request for setup step
 from __future__ import annotations
 
 import json
+import random
 import socket
 import ssl
 import urllib.error
 import urllib.request
 from typing import Any
 
+# Ports handed out for listeners come from below the kernel's ephemeral range: a port the
+# kernel picks for bind(0) is also what it gives outgoing connections as their source port, so
+# between the pick and the listener's bind a client connection (many, in a test suite) could
+# take it ("address already in use").
+_LOW_PORT = 10_000
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing holds now, outside the ephemeral range when the
+    platform says where that is."""
+    top = _ephemeral_low()
+    for _ in range(64 if top > _LOW_PORT + 1_000 else 0):
+        port = random.randrange(_LOW_PORT, top)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
