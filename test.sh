@@ -17,6 +17,9 @@ command -v wrk >/dev/null || need_apt+=(wrk)
 # The web console's browser tests: Debian's headless chromium and its driver.
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 [ -x /usr/bin/chromedriver ] || need_apt+=(chromium-driver)
+# A root client agent runs tasks as nobody, who cannot reach a Python under /root (pyenv):
+# the tests' tasks and remote runs use Debian's (shared/task_python.py).
+[ -x /usr/bin/python3 ] || need_apt+=(python3)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq

@@ -32,6 +32,8 @@ class Dev:
     nats_url: str = ""
     cluster: str = "trellis"
     data_dir: str = ""  # credentials and keys of the cluster (services/dev_nats.py)
+    # Each gateway process's own /metrics (the banner's "Gateways:" line).
+    gateway_metrics: tuple[str, ...] = ()
 
 
 @contextlib.contextmanager
@@ -52,6 +54,7 @@ def trellis_dev(*extra: str) -> Iterator[Dev]:
         )
     token = ""
     nats_url = ""
+    gateway_metrics: tuple[str, ...] = ()
     deadline = time.monotonic() + 120
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -61,6 +64,8 @@ def trellis_dev(*extra: str) -> Iterator[Dev]:
         m = re.match(r"NATS:\s+(\S+)", line)
         if m:
             nats_url = m.group(1)
+        if line.startswith("Gateways:"):
+            gateway_metrics = tuple(re.findall(r"http://\S+/metrics", line))
         if line.startswith("Press Ctrl-C") or time.monotonic() > deadline:
             break
     if not token:
@@ -77,6 +82,7 @@ def trellis_dev(*extra: str) -> Iterator[Dev]:
             proc,
             nats_url,
             data_dir=data,
+            gateway_metrics=gateway_metrics,
         )
     finally:
         stop_process(proc, signal.SIGINT, 30)

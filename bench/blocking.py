@@ -16,6 +16,7 @@ import json
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import trellis_dev
 from services.drill.flood import (
     Flood,
-    children_by_service,
     in_flight,
     per_waiter,
     rss_bytes,
     settle,
 )
+from services.supervisor import child_role, direct_children
 
 GOAL = 2.0
 OPS = ("job_register", "job_list", "node_list")
@@ -39,6 +40,10 @@ OPS = ("job_register", "job_list", "node_list")
 PROBE = "gw_healthz"
 MIX = (*OPS, PROBE)
 JOBS = 24
+
+
+def _children(parent: int, role: str) -> list[int]:
+    return sorted(p for p in direct_children(parent) if child_role(p) == role)
 
 
 def pct(values: list[float], p: float) -> float:
@@ -100,12 +105,12 @@ def quiet_index(base: str, quiet: float = 3.0, timeout: float = 120.0) -> int:
     raise TimeoutError("the jobs index never settled")
 
 
-def wake_up(base: str, waiters: int, token: str) -> dict[str, Any]:
+def wake_up(base: str, waiters: int, token: str, metrics: Sequence[str]) -> dict[str, Any]:
     """`waiters` blocking queries on the current jobs index, then one job register: how long
     until every one of them is answered (the thundering herd a UI full of tabs makes)."""
     index = quiet_index(base)
-    baseline = max(in_flight(base), 0)
-    flood = Flood(base, waiters, wait="5m", token=token, index=index)
+    baseline = max(in_flight(base, metrics), 0)
+    flood = Flood(base, waiters, wait="5m", token=token, index=index, metrics=metrics)
     flood.start()
     try:
         flood.wait_open(baseline)
@@ -136,15 +141,18 @@ def main() -> None:
     args = ap.parse_args()
 
     with trellis_dev() as dev:
-        pids = children_by_service(dev.proc.pid)
-        procs = {k: pids[k] for k in ("gateway", "scheduler") if k in pids}
+        # Every gateway process (several share the listeners on a machine with 2+ CPUs).
+        procs = {k: _children(dev.proc.pid, k) for k in ("gateway", "scheduler")}
         print(f"trellis dev up; measuring {sorted(procs)} (pids {procs})", flush=True)
         # Warm-up: first requests pay imports, caches and connection set-up.
         asyncio.run(ordinary(dev.scheduler, 2.0, args.clients))
         idle = asyncio.run(ordinary(dev.scheduler, args.seconds, args.clients))
-        before = {k: rss_bytes(pid) for k, pid in procs.items()}
-        base_in_flight = max(in_flight(dev.scheduler), 0)
-        flood = Flood(dev.scheduler, args.waiters, wait="10m", token=dev.root_token)
+        before = {k: sum(map(rss_bytes, pids)) for k, pids in procs.items()}
+        metrics = dev.gateway_metrics
+        base_in_flight = max(in_flight(dev.scheduler, metrics), 0)
+        flood = Flood(
+            dev.scheduler, args.waiters, wait="10m", token=dev.root_token, metrics=metrics
+        )
         flood.start()
         try:
             opened = flood.wait_open(base_in_flight)
@@ -153,11 +161,13 @@ def main() -> None:
             settled = asyncio.run(settle(dev.scheduler, limit))
             print(f"the scheduler had taken them all in {settled:.1f}s more", flush=True)
             busy = asyncio.run(ordinary(dev.scheduler, args.seconds, args.clients))
-            after = {k: rss_bytes(pid) for k, pid in procs.items()}
-            still = in_flight(dev.scheduler) - base_in_flight
+            after = {k: sum(map(rss_bytes, pids)) for k, pids in procs.items()}
+            still = in_flight(dev.scheduler, metrics) - base_in_flight
         finally:
             result = flood.stop()
-        woke = None if args.no_wake else wake_up(dev.scheduler, args.waiters, dev.root_token)
+        woke = (
+            None if args.no_wake else wake_up(dev.scheduler, args.waiters, dev.root_token, metrics)
+        )
 
     print()
     print(
@@ -186,7 +196,7 @@ def main() -> None:
     for name in sorted(procs):
         print(
             f"{name:<10} RSS {before[name] / 2**20:7.1f} MiB -> {after[name] / 2**20:7.1f} MiB: "
-            f"{cost[name] / 1024:.1f} KiB per waiter"
+            f"{cost[name] / 1024:.1f} KiB per waiter ({len(procs[name])} process(es))"
         )
     print(f"still waiting after the flooded phase: {still} of {args.waiters}")
     print(f"answered before release (should be none): {result.get('answered', {}) or 'none'}")

@@ -13,34 +13,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench._bus_pair import closed_loop, describe, measure, nats_server  # noqa: E402
 from shared.api_session import SessionClient, serve_api  # noqa: E402
 from shared.bus import Bus, CallContext  # noqa: E402
 from shared.cluster_identity import ClusterIdentity  # noqa: E402
-from shared.localnet import free_port  # noqa: E402
 from shared.messages import HttpRequest, HttpResponse  # noqa: E402
-from shared.nats_binary import find_nats_server  # noqa: E402
 from shared.service_identity import derive_service_key  # noqa: E402
 from shared.subjects import API_SECRETS  # noqa: E402
 
 SEED = b"bench-bus-batch-seed-0123456789a"
 CLUSTER = "bench"
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 async def replica(url: str) -> None:
@@ -63,59 +51,7 @@ async def requester(url: str, concurrency: int, seconds: float, batch: bool) -> 
         bus, CLUSTER, "secrets", API_SECRETS.on(CLUSTER), identity.public_key, batch=batch
     )
     env = HttpRequest(method="GET", path="/v1/kv/data/x", headers={"x-vault-token": "t"})
-    await client.call(env, timeout=5)
-    print("ready", flush=True)
-    sys.stdin.readline()
-    done = 0
-    stop = time.monotonic() + seconds
-
-    async def loop() -> None:
-        nonlocal done
-        while time.monotonic() < stop:
-            await client.call(env, timeout=5)
-            done += 1
-
-    await asyncio.gather(*(loop() for _ in range(concurrency)))
-    print(done, flush=True)
-
-
-def run(url: str, nats_pid: int, concurrency: int, seconds: float, batch: bool) -> None:
-    me = [sys.executable, __file__]
-    rep = subprocess.Popen([*me, "replica", url], stdout=subprocess.PIPE, text=True)
-    assert rep.stdout is not None
-    rep.stdout.readline()
-    args = [*me, "requester", url, str(concurrency), str(seconds), "1" if batch else "0"]
-    req = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert req.stdout is not None and req.stdin is not None
-    req.stdout.readline()
-    pids = {"requester": req.pid, "replica": rep.pid, "nats": nats_pid}
-    before = {k: cpu_seconds(p) for k, p in pids.items()}
-    req.stdin.write("go\n")
-    req.stdin.flush()
-    done = int(req.stdout.readline())
-    after = {k: cpu_seconds(p) for k, p in pids.items()}
-    req.wait()
-    rep.kill()
-    rep.wait()
-    ms = {k: 1000 * (after[k] - before[k]) / max(done, 1) for k in pids}
-    split = "  ".join(f"{k} {v:.3f}" for k, v in ms.items())
-    print(
-        f"batch {'on ' if batch else 'off'}  {done / seconds:7.0f} req/s  CPU ms/request: "
-        f"{split}  total {sum(ms.values()):.3f}",
-        flush=True,
-    )
-
-
-def wait_listening(port: int, seconds: float = 20.0) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    await closed_loop(lambda: client.call(env, timeout=5), concurrency, seconds)
 
 
 def main() -> None:
@@ -131,24 +67,11 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
-    binary = find_nats_server()
-    assert binary, "nats-server not found"
-    port = free_port()
-    with tempfile.TemporaryDirectory() as tmp:
-        nats = subprocess.Popen(
-            [binary, "-a", "127.0.0.1", "-p", str(port), "-sd", tmp],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            wait_listening(port)
-            url = f"nats://127.0.0.1:{port}"
-            for _ in range(args.rounds):
-                for batch in (False, True):
-                    run(url, nats.pid, args.concurrency, args.seconds, batch)
-        finally:
-            nats.terminate()
-            nats.wait()
+    with nats_server() as (url, nats_pid):
+        for _ in range(args.rounds):
+            for batch in (False, True):
+                rate, ms = measure(__file__, url, nats_pid, args.concurrency, args.seconds, batch)
+                print(describe(f"batch {'on ' if batch else 'off'}", rate, ms), flush=True)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from services import dev_nats, dev_sched, dev_tls, gateway_procs, port_guard
+from services import dev_nats, dev_sched, dev_tls, dev_tools, gateway_procs, port_guard
 from services.supervisor import (
     TRAVERSE_DIR,
     Child,
@@ -222,12 +222,24 @@ def _start_gated(
         env = {"TRELLIS_SCHEDULER_ACL": "true" if acl else "false", **local}
         late["scheduler"] = sup.service("scheduler", extra_env=env, gated=True)
     if "workspace" in wanted:
-        late["workspace"] = sup.service("workspace", gated=True)
+        runner = _runner_env(sup, data_dir)
+        late["workspace"] = sup.service("workspace", extra_env=runner, gated=True)
     if "client" in wanted:
         # The client runs user code: it gets no token (it speaks for its node with its own
         # node secret), and its tasks get an environment built for them.
         late["client"] = sup.service("client", "--datacenter", "dc1", extra_env=local, gated=True)
     return late
+
+
+def _runner_env(sup: Supervisor, data_dir: Path) -> dict[str, str]:
+    """A root client agent runs remote runs as its unprivileged task user: hand the workspace a
+    terraform that user can execute (services/dev_tools.py)."""
+    if os.geteuid() != 0:
+        return {}
+    terraform = dev_tools.task_terraform(
+        data_dir, sup.env.get("TRELLIS_RUNNER_TERRAFORM", "terraform")
+    )
+    return {"TRELLIS_RUNNER_TERRAFORM": terraform} if terraform else {}
 
 
 def _release(
@@ -303,9 +315,11 @@ def run_dev(args: Any) -> int:
     args.secrets_addr, args.workspace_addr, args.scheduler_addr = addrs
     data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="trellis-dev-")).resolve()
     private_dir(data_dir)
-    # Traversable, never listable: a task that runs as its own `user` reaches its alloc dir
-    # below; every file here stays 0600 and every other dir 0700.
-    data_dir.chmod(TRAVERSE_DIR)
+    # Traversable, never listable, where a task may run as its own `user` (a root client
+    # agent only) and must reach its alloc dir below; otherwise 0700. Every file here stays
+    # 0600 and every other dir 0700.
+    if os.geteuid() == 0:
+        data_dir.chmod(TRAVERSE_DIR)
     private_dir(data_dir / "logs")
     env = {
         **os.environ,

@@ -95,6 +95,12 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # This node's local data dir (Nomad's data_dir): the scheduler keeps its acl-bootstrap-reset
     # file in <data_dir>/scheduler, the client node its identity and task dirs in <data_dir>/client.
     data_dir: str = ""
+    # Who a root client agent runs tasks as (Nomad's exec driver): a task naming no `user` as
+    # client_task_user (TRELLIS_CLIENT_TASK_USER); a uid-0 user only when
+    # client_allow_root_tasks (TRELLIS_CLIENT_ALLOW_ROOT_TASKS) is true. An agent that is not
+    # root cannot switch users: its tasks run as itself.
+    client_task_user: str = "nobody"
+    client_allow_root_tasks: bool = False
     # Scheduler ACLs (TRELLIS_SCHEDULER_ACL) and a management token from the configuration
     # (TRELLIS_SCHEDULER_MANAGEMENT_TOKEN), which counts as the ACL bootstrap.
     scheduler_acl: bool = False

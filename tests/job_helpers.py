@@ -1,13 +1,46 @@
 """Nomad jobs for the tests that run real tasks on a `trellis dev` client node (dc1): the job
-document of one group holding one task, and waiting for a batch job's allocation to finish."""
+document of one group holding one task, waiting for a batch job's allocation to finish, a
+Python its task user can run and what a task printed."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Any
 
 import nomad
+import requests
 
+from shared.task_python import task_python as _task_python
 from tests.procs import until
+
+
+def task_python() -> str:
+    """A Python interpreter the client's task user can execute: a root client agent runs a
+    task naming no `user` as `nobody`, who cannot reach pyenv's under /root."""
+    return _task_python()
+
+
+def node_data_dir() -> str:
+    """A data dir for an extra client agent whose tasks run as its task user: under /tmp and
+    traversable (0711), since pytest's tmp dirs sit in a private (0700) base dir. The caller
+    removes it."""
+    path = tempfile.mkdtemp(prefix="trellis-node-")
+    os.chmod(path, 0o711)
+    return path
+
+
+def task_log(scheduler: str, token: str, alloc_id: str, task: str, kind: str = "stdout") -> str:
+    """What a task wrote to its stdout (or stderr), read through the logs API: a task reports
+    there, as its user cannot write into the test's (root-owned) tmp dir."""
+    r = requests.get(
+        f"{scheduler}/v1/client/fs/logs/{alloc_id}",
+        params={"task": task, "type": kind, "plain": "true", "origin": "start"},
+        headers={"X-Nomad-Token": token},
+        timeout=30,
+    )
+    r.raise_for_status()
+    return r.text
 
 
 def one_task_job(

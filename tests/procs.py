@@ -226,12 +226,13 @@ def alive(pid: int) -> bool:
     return proc_state(pid) not in ("", "Z")
 
 
-def dev_client_agent(nats_url: str) -> tuple[int, dict[str, str]]:
-    """The pid and environment of the dev client agent on `nats_url`, read from /proc."""
+def dev_client_agent(nats_url: str, service: str = "client") -> tuple[int, dict[str, str]]:
+    """The pid and environment of the dev client agent (or another `service`) on `nats_url`,
+    read from /proc."""
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if b"services.cli" not in cmd or b"client" not in cmd:
+            if b"services.cli" not in cmd or service.encode() not in cmd:
                 continue
             raw = Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:
@@ -241,4 +242,4 @@ def dev_client_agent(nats_url: str) -> tuple[int, dict[str, str]]:
         )
         if env.get("TRELLIS_NATS_URL") == nats_url:
             return int(pid), env
-    raise AssertionError("the dev client agent process was not found")
+    raise AssertionError(f"the dev {service} process was not found")

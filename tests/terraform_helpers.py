@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from typing import Any
 
 import requests
 
-from tests.procs import DevProcess, start_dev
+from tests.procs import ROOT, DevProcess, start_dev
 
 CT = "application/vnd.api+json"
 ORG = "acme"
@@ -125,6 +126,19 @@ class Tf:
         if check:
             assert res.returncode == 0, (args, res.stdout, res.stderr)
         return res
+
+
+def readme_backend(host: str, workspace: str) -> str:
+    """The README's Terraform example (its `backend "remote"` block), pointed at `host`, ORG
+    and `workspace`: the tests run what the README shows."""
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r'```hcl\n(terraform \{\n  backend "remote".*?)```', readme, re.S)
+    assert block, "README.md has no Terraform example"
+    text = block.group(1)
+    for shown, actual in (("localhost:8800", host), ("my-org", ORG), ("my-workspace", workspace)):
+        assert f'"{shown}"' in text, shown
+        text = text.replace(f'"{shown}"', f'"{actual}"')
+    return text
 
 
 def remote_state_config(host: str, workspace: str) -> str:

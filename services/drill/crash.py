@@ -25,7 +25,16 @@ from services.drill.progress import Progress
 from services.supervisor import child_role, direct_children
 from shared.localnet import free_port
 
-VICTIMS = ("secrets", "workspace", "scheduler", "crypto", "gateway", "client", "nats")
+VICTIMS = (
+    "secrets",
+    "workspace",
+    "scheduler",
+    "crypto",
+    "replication",
+    "gateway",
+    "client",
+    "nats",
+)
 RECOVERY_LIMIT = 60.0  # give up waiting for one victim after this long
 
 

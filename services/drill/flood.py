@@ -23,6 +23,7 @@ import sys
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,17 +63,21 @@ def children_by_service(parent: int) -> dict[str, int]:
     return out
 
 
-def in_flight(scheduler: str) -> int:
-    """Scheduler requests the gateway is waiting on (its Prometheus gauge); -1 if unreadable."""
-    try:
-        with urllib.request.urlopen(f"{scheduler}/metrics", timeout=5) as r:
-            text = r.read().decode()
-    except OSError:
-        return -1
-    for line in text.splitlines():
-        if line.startswith('trellis_gateway_in_flight{api="scheduler"}'):
-            return int(float(line.rsplit(" ", 1)[1])) - 1  # less this very request
-    return 0
+def in_flight(scheduler: str, metrics: Sequence[str] = ()) -> int:
+    """Scheduler requests the gateway is waiting on (its Prometheus gauge); -1 if unreadable.
+    `metrics`: each gateway process's own /metrics (its health address), summed; with several
+    processes sharing the listener, the listener's /metrics counts only the one that took it."""
+    total = 0
+    for url in metrics or [f"{scheduler}/metrics"]:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return -1
+        for line in text.splitlines():
+            if line.startswith('trellis_gateway_in_flight{api="scheduler"}'):
+                total += int(float(line.rsplit(" ", 1)[1]))
+    return total if metrics else total - 1  # less the listener's own /metrics request
 
 
 class Flood:
@@ -85,8 +90,10 @@ class Flood:
         wait: str = "10m",
         token: str = "",
         index: int = FAR_INDEX,
+        metrics: Sequence[str] = (),
     ) -> None:
         self.scheduler = scheduler
+        self.metrics = metrics
         self.count = count
         self.wait = wait
         self.index = index
@@ -118,13 +125,13 @@ class Flood:
         """Block until the gateway holds every query (its in-flight gauge); returns seconds."""
         started = time.monotonic()
         deadline = started + timeout
-        while in_flight(self.scheduler) < baseline + self.count:
+        while in_flight(self.scheduler, self.metrics) < baseline + self.count:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError("the blocking-query holder exited early")
             if time.monotonic() > deadline:
                 raise TimeoutError(
-                    f"only {in_flight(self.scheduler) - baseline} of {self.count} blocking "
-                    f"queries open after {timeout:.0f}s"
+                    f"only {in_flight(self.scheduler, self.metrics) - baseline} of {self.count} "
+                    f"blocking queries open after {timeout:.0f}s"
                 )
             time.sleep(0.2)
         self.opened_in = time.monotonic() - started

@@ -84,6 +84,15 @@ def _new_ids() -> None:
 os.register_at_fork(after_in_child=_new_ids)
 
 
+def _text(value: str) -> str:
+    """A header as text the bus can carry: aiohttp keeps bytes that are not UTF-8 as lone
+    surrogates, which no encoder takes; each becomes U+FFFD (a token so mangled then matches
+    nothing, as in OpenBao, which compares bytes)."""
+    if value.isascii():
+        return value
+    return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def new_request_id() -> str:
     return f"{_id_prefix}{next(_ids):012x}"
 
@@ -159,7 +168,9 @@ def create_app(
     def opened(headers: CIMultiDictProxy[str]) -> str:
         """The request's id, bound to every line logged while serving it (the task is this
         request's own), and the request counted in flight."""
-        rid = headers.get("X-Request-Id") or new_request_id()
+        rid = headers.get("X-Request-Id", "")
+        if not rid or not rid.isascii():  # echoed in a header: it must be one
+            rid = new_request_id()
         request_scope.set((rid, api_name))
         stats.in_flight += 1
         return rid
@@ -294,7 +305,7 @@ def create_app(
         for k, v in headers.items():
             low = k.lower()
             if low not in _DROP_IN:
-                sent[low] = v
+                sent[_text(low)] = _text(v)
         env = HttpRequest(
             method=method,
             path=path,

@@ -1,7 +1,8 @@
 """Readiness of one listener: the gateway itself serves, its bus is connected, and the service
 behind the listener answers a cheap request over the bus (any answer below 500 counts: a
-sealed secrets service must stay reachable, or no one could unseal it). Probes are shared and
-cached for a moment, so a burst of readiness checks costs one bus request."""
+sealed secrets service must stay reachable, or no one could unseal it), and so do the services
+it relies on (the secrets service reports its crypto workers). Probes are shared and cached for
+a moment, so a burst of readiness checks costs one round of bus requests."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from shared.errors import ServiceError
 from shared.messages import HttpRequest, HttpResponse
@@ -20,6 +23,9 @@ PROBES: dict[str, tuple[str, str]] = {
     "workspace": ("/api/v2/ping", ""),
     "scheduler": ("/v1/status/leader", ""),
 }
+# What the service behind a listener is asked of the services it relies on in turn (the secrets
+# service of its crypto workers): a 503 there makes the listener unready, naming what is down.
+BEHIND: dict[str, tuple[str, str]] = {"secrets": ("/v1/sys/internal/readiness", "")}
 PROBE_TIMEOUT = 2.0
 CACHE_SECONDS = 1.0
 
@@ -54,6 +60,9 @@ class ServiceProbe:
         try:
             reply = await self.send(env, PROBE_TIMEOUT)
             result.update(ready=reply.status < 500, status=reply.status)
+            if result["ready"] and self.api in BEHIND:
+                result["behind"] = behind = await self._behind()
+                result["ready"] = all(s.get("ready") for s in behind)
         except ServiceError as exc:
             # 503: no replica subscribed; 504: none answered in time.
             result.update(ready=False, error=f"{exc.code}: no replica answered")
@@ -61,3 +70,15 @@ class ServiceProbe:
             result.update(ready=False, error=type(exc).__name__)
         self._last, self._checked_at = result, time.monotonic()
         return result
+
+    async def _behind(self) -> list[dict[str, Any]]:
+        path, query = BEHIND[self.api]
+        env = HttpRequest(method="GET", path=path, query=query, request_id="readyz")
+        reply = await self.send(env, PROBE_TIMEOUT)
+        if reply.status == 404:
+            return []  # a replica from before the path existed reports nothing behind it
+        try:
+            services = msgspec.json.decode(reply.body)["services"]
+        except (msgspec.DecodeError, KeyError, TypeError):
+            return [{"name": path, "ready": False, "error": f"{reply.status}: unreadable answer"}]
+        return [s for s in services if isinstance(s, dict)]

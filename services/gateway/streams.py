@@ -3,8 +3,8 @@
 heartbeat), a followed /v1/client/fs/logs read answers what the task wrote meanwhile, and
 /v1/client/fs/stream (followed by default) what was appended to the file; the gateway keeps the
 client's response open, writes each chunk as it comes and asks for the next from where the last
-one ended (the index, or the offset until the service says it is done). A gone client ends
-it."""
+one ended (the index, the file's offset, or the log position, until the service says it is
+done). A gone client ends it."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ LOGS = "/v1/client/fs/logs/"
 FILE_STREAM = "/v1/client/fs/stream/"
 # Marks a file stream's follow-up chunks (services/scheduler/api/fs.py reads it).
 RESUME = "x-sched-stream-resume"
+# A followed log read's next chunk starts where the last one said (services/scheduler/api/fs.py).
+LOG_POSITION = "X-Sched-Log-Position"
+LOG_RESUME = "x-sched-log-resume"
 _TRUE = {"1", "t", "T", "true", "TRUE", "True"}
 POLL_TIMEOUT = 30.0  # the service answers within its 10 s heartbeat
 _DROP = {"content-length", "transfer-encoding", "connection"}
@@ -49,6 +52,8 @@ def _next_query(env: HttpRequest, reply: HttpResponse) -> str | None:
         return _with(env.query, index=reply.headers.get("X-Sched-Index") or "0")
     if reply.headers.get("X-Sched-Log-Done") != "false":
         return None  # the task is done (or the service does not chunk): nothing more comes
+    if env.path.startswith(LOGS):
+        return env.query  # the position travels in LOG_RESUME
     return _with(env.query, origin="start", offset=reply.headers.get("X-Sched-Log-Offset", "0"))
 
 
@@ -72,6 +77,8 @@ async def relay(request: web.Request, env: HttpRequest, send: Send) -> web.Strea
             headers = env.headers
             if env.path.startswith(FILE_STREAM):
                 headers = {**env.headers, RESUME: "true"}
+            elif env.path.startswith(LOGS):
+                headers = {**env.headers, LOG_RESUME: reply.headers.get(LOG_POSITION, "")}
             nxt = HttpRequest(
                 method=env.method,
                 path=env.path,

@@ -137,6 +137,9 @@ def _validate_group(job: dict[str, Any], tg: dict[str, Any]) -> list[str]:
             terrs.append("Missing task driver")
         if "/" in name:
             terrs.append(f"Task name '{name}' cannot contain slash")
+        elif name in (".", "..") or "\\" in name or "\x00" in name:
+            # The task's directory on the client is named after it.
+            terrs.append(f"Task name '{name}' is not a valid directory name")
         res = task.get("Resources") or {}
         # Go decodes these into ints: anything else is refused at the door, not in placement.
         for key in ("CPU", "Cores", "MemoryMB", "MemoryMaxMB", "DiskMB"):

@@ -97,6 +97,10 @@ class Housekeeper:
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._running = False
+        # What collection has cost and removed on this replica (bench/scheduler.py shows it).
+        self.gc_passes = 0
+        self.gc_seconds = 0.0
+        self.gc_removed = 0
 
     def elected(self) -> None:
         self._running = True
@@ -162,6 +166,10 @@ class Housekeeper:
             )
 
     async def gc_tick(self) -> None:
+        started = time.perf_counter()
         sel = gc.select(self.ctx.t, time.time_ns(), self.thresholds)
         if not sel.empty():
             await self.ctx.append("gc.apply", sel.payload())
+        self.gc_passes += 1
+        self.gc_seconds += time.perf_counter() - started
+        self.gc_removed += sum(len(v) for v in sel.payload().values())

@@ -32,7 +32,7 @@ from shared.subjects import API_SECRETS
 
 log = structlog.get_logger("scheduler.tasksecrets")
 
-RENEW_EVERY = 60.0
+RENEW_EVERY = 60.0  # seconds; TRELLIS_SCHEDULER_TASK_TOKEN_RENEW overrides it
 TOKEN_PERIOD = "30m"  # the role's period: a token of a dead scheduler replica lapses soon
 CALL_TIMEOUT = 15.0
 
@@ -55,6 +55,15 @@ def vault_block(task: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
+def _seconds(name: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(name, "") or default)
+    except ValueError:
+        log.warning("ignoring an invalid number of seconds", variable=name)
+        return default
+    return value if value > 0 else default
+
+
 @dataclass
 class Issued:
     token: str
@@ -69,6 +78,7 @@ class TaskSecrets:
         self.fsm = fsm
         self.token = os.environ.get("TRELLIS_SCHEDULER_SECRETS_TOKEN", "")
         self.role = os.environ.get("TRELLIS_SCHEDULER_SECRETS_ROLE", "trellis-tasks")
+        self.renew_every = _seconds("TRELLIS_SCHEDULER_TASK_TOKEN_RENEW", RENEW_EVERY)
         self.issued: dict[tuple[str, str], Issued] = {}  # (alloc, task) -> token
         self._channel: Any = None
         self._settings = settings
@@ -218,7 +228,7 @@ class TaskSecrets:
 
     async def _renew_loop(self) -> None:
         while self._task is not None:
-            await asyncio.sleep(RENEW_EVERY)
+            await asyncio.sleep(self.renew_every)
             if self.enabled:  # our own credential is periodic too
                 with contextlib.suppress(Exception):
                     await self._call("POST", "/v1/auth/token/renew-self", self.token, {})

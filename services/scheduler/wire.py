@@ -107,6 +107,8 @@ class FsRequest(msgspec.Struct, kw_only=True):
     stream: str = "stdout"
     origin: str = "start"
     signal: str = ""  # op "signal"
+    # op "logs" resuming a followed read: the log file number `offset` is in (-1: use origin).
+    log_file: int = -1
     # The scheduler's proof (shared/service_proof.py): the node obeys only a genuine scheduler
     # replica; and the one-time X25519 key the node seals its whole answer to (sealbox).
     reader_public: bytes = b""
@@ -136,8 +138,11 @@ class FsReply(msgspec.Struct, kw_only=True):
     files: list[dict[str, Any]] = []
     frames: list[tuple[str, int, bytes]] = []
     task_dead: bool = False
-    # Where origin=end counts from: bytes of the task's kept log files, or of the streamed file.
+    # op "stream": the streamed file's size; op "logs": the bytes left after what was read.
     total: int = 0
+    # op "logs": where the next read starts (fsops.read_logs_at), rotation notwithstanding.
+    log_file: int = 0
+    log_offset: int = 0
 
 
 # {cluster}.sched.node.secrets (queue "sched-rpc"): a client node asks for a task's secrets

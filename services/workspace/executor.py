@@ -22,6 +22,8 @@ import structlog
 
 from services.gateway.secure import Channel, service_channel
 from services.workspace import run_job
+from services.workspace.blobs import BlobStore
+from services.workspace.handlers.runs import plan_file_blob
 from services.workspace.runs_model import Run
 from services.workspace.state import WorkspaceState
 from shared.bus import Bus
@@ -56,15 +58,18 @@ class RunExecutor:
         state: WorkspaceState,
         replog: ReplicatedLog,
         is_leader: Callable[[], bool],
+        blobs: BlobStore | None = None,
     ) -> None:
         self.bus = bus
         self.settings = settings
         self.state = state
         self.replog = replog
         self.is_leader = is_leader
+        self.blobs = blobs
         self._task: asyncio.Task[None] | None = None
         self._checked: dict[str, float] = {}  # job id -> when its allocations were last read
         self._live: set[str] = set()  # the live runs of the last look
+        self._interrupted: set[str] = set()  # runs whose running job was told to stop
         self._channel: Channel | None = None
 
     def start(self) -> None:
@@ -103,6 +108,12 @@ class RunExecutor:
             if nxt is not None:
                 await self._append("run.start", {"id": nxt.id})
         for run in live:
+            running = _PHASE.get(run.status)
+            if running and run.cancel_requested and run.id not in self._interrupted:
+                # Stopping the job signals the task's process group: terraform stops as on
+                # Ctrl-C, saves its state, and the task reports the run canceled.
+                self._interrupted.add(run.id)
+                await self._stop_job(run_job.job_id(run.id, running))
             if run.status == "plan_queued" and not run.plan.job_id:
                 await self._submit(run, "plan")
             elif run.status == "confirmed":
@@ -111,13 +122,17 @@ class RunExecutor:
                 await self._watch(run, "plan")
             elif run.status in ("apply_queued", "applying"):
                 await self._watch(run, "apply")
-        # Runs that ended since the last look: a canceled one's job is stopped.
+        # Runs that ended since the last look: a canceled one's job is stopped, and the saved
+        # plan (variable values in it, sealed) goes.
         for rid in self._live - self.state.live_runs:
             for phase in ("plan", "apply"):
                 self._checked.pop(run_job.job_id(rid, phase), None)
+            self._interrupted.discard(rid)
             run = self.state.runs.get(rid)
             if run is not None and run.status == "canceled":
                 await self._stop_jobs(run)
+            if self.blobs is not None:
+                await self.blobs.delete(plan_file_blob(rid))
         self._live = {r.id for r in live}
 
     # --- the scheduler, over the bus ---
@@ -219,11 +234,27 @@ class RunExecutor:
 
     async def _stop_jobs(self, run: Run) -> None:
         for phase in (run.plan, run.apply):
-            jid = phase.job_id
-            if not jid or phase.status != "canceled":
-                continue
-            with contextlib.suppress(Exception):
-                await self._sched("DELETE", f"/v1/job/{jid}")
+            if phase.job_id and phase.status == "canceled":
+                if "force-canceled-at" in run.status_timestamps:
+                    await self._kill_tasks(phase.job_id)
+                await self._stop_job(phase.job_id)
+
+    async def _kill_tasks(self, jid: str) -> None:
+        """force-cancel: SIGKILL now, not after the graceful stop's kill timeout."""
+        with contextlib.suppress(Exception):
+            status, allocs = await self._sched("GET", f"/v1/job/{jid}/allocations")
+            for a in allocs if status == 200 and isinstance(allocs, list) else []:
+                if a.get("ClientStatus") == "running":
+                    await self._sched(
+                        "POST",
+                        f"/v1/client/allocation/{a['ID']}/signal",
+                        {"Task": run_job.TASK, "Signal": "SIGKILL"},
+                    )
+
+    async def _stop_job(self, jid: str) -> None:
+        with contextlib.suppress(Exception):
+            await self._sched("DELETE", f"/v1/job/{jid}")
 
 
 _RUNNING = {"plan": ("plan_queued", "planning"), "apply": ("apply_queued", "applying")}
+_PHASE = {"planning": "plan", "applying": "apply"}

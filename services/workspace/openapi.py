@@ -221,6 +221,9 @@ WS_LINKS = {
     "DeleteWorkspace": _link("deleteWorkspace", id="$response.body#/data/id"),
     "LockWorkspace": _link("lockWorkspace", id="$response.body#/data/id"),
     "WorkspaceTags": _link("listWorkspaceTags", id="$response.body#/data/id"),
+    "CreateWorkspaceVar": _link("createWorkspaceVar", id="$response.body#/data/id"),
+    "ListWorkspaceVars": _link("listWorkspaceVars", id="$response.body#/data/id"),
+    "CurrentStateVersion": _link("currentStateVersion", id="$response.body#/data/id"),
 }
 ORG_LINKS = {
     "ShowOrganization": _link("showOrganization", org="$response.body#/data/attributes/name"),
@@ -353,7 +356,11 @@ def _paths() -> dict[str, Any]:
                         }
                     }
                 },
-                links={"UnlockWorkspace": _link("unlockWorkspace", id="$request.path.id")},
+                links={
+                    "UnlockWorkspace": _link("unlockWorkspace", id="$request.path.id"),
+                    # The lock is what writing a state version needs.
+                    "CreateStateVersion": _link("createStateVersion", id="$request.path.id"),
+                },
             ),
         },
         "/workspaces/{id}/actions/unlock": {

@@ -106,6 +106,14 @@ def paths() -> dict[str, Any]:
         query=[_q("phase", {"type": "string", "enum": ["plan", "apply"]})],
     )
     log_op["requestBody"] = {"required": True, "content": TEXT}
+    plan_put = _op(
+        "savePlanFile", "the plan task saves its plan file (run token)", "204", schema=None
+    )
+    plan_put["requestBody"] = {"required": True, "content": ARCHIVE}
+    plan_get = _raw(
+        _op("readPlanFile", "the apply task reads the saved plan file (run token)", schema=None),
+        ARCHIVE,
+    )
     return {
         "/workspaces/{id}/configuration-versions": {
             "parameters": [id_],
@@ -163,6 +171,7 @@ def paths() -> dict[str, Any]:
         },
         "/runs/{id}/runner/redeem": {"parameters": [id_], "post": redeem},
         "/runs/{id}/runner/logs": {"parameters": [id_], "post": log_op},
+        "/runs/{id}/runner/plan-file": {"parameters": [id_], "put": plan_put, "get": plan_get},
         "/runs/{id}/runner/result": {
             "parameters": [id_],
             "post": _op(

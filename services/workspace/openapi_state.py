@@ -41,7 +41,11 @@ VARSET_ATTRS = {
     "global": {"type": "boolean"},
     "priority": {"type": "boolean"},
 }
-FILTERS = [*PAGE_PARAMS, _q("filter[workspace][name]"), _q("filter[organization][name]")]
+FILTERS = [
+    *PAGE_PARAMS,
+    _q("filter[workspace][name]", {"type": "string", "example": "my-workspace"}),
+    _q("filter[organization][name]", {"type": "string", "example": "my-org"}),
+]
 VAR_PARAM = {"name": "var", "in": "path", "required": True, "schema": {"type": "string"}}
 STATE_FILE = {"application/json": {"schema": {"type": "object"}}}
 

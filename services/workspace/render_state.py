@@ -32,7 +32,9 @@ def _modules_and_providers(
     return modules, providers
 
 
-def state_version(sv: StateVersion, upload_url: str | None = None) -> dict[str, Any]:
+def state_version(sv: StateVersion, base: str, upload_url: str | None = None) -> dict[str, Any]:
+    """`base`: the address clients reach this API at; hosted URLs are absolute, as on HCP
+    Terraform (clients PUT to the upload URL as given)."""
     resources = _dec.decode(sv.resources_json)
     modules, providers = _modules_and_providers(resources)
     finalized = sv.status == "finalized"
@@ -52,7 +54,7 @@ def state_version(sv: StateVersion, upload_url: str | None = None) -> dict[str, 
             "size": sv.size,
             "status": sv.status,
             "intermediate": False,
-            "hosted-state-download-url": download_path(sv) if finalized else None,
+            "hosted-state-download-url": base + download_path(sv) if finalized else None,
             "hosted-json-state-download-url": None,
             "hosted-state-upload-url": upload_url,
             "hosted-json-state-upload-url": None,

@@ -121,6 +121,8 @@ TABLE: list[tuple[str, str, Handler, bool]] = [
     # the runner task (runner_task.py): its one-time ticket, then its run token
     ("POST", "/runs/{id}/runner/redeem", runs.runner_redeem, False),
     ("POST", "/runs/{id}/runner/logs", runs.runner_log, True),
+    ("PUT", "/runs/{id}/runner/plan-file", runs.runner_plan_put, True),
+    ("GET", "/runs/{id}/runner/plan-file", runs.runner_plan_get, True),
     ("POST", "/runs/{id}/runner/result", runs.runner_result, True),
     # variables
     ("GET", "/workspaces/{id}/vars", variables.ws_list, True),

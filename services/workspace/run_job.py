@@ -4,12 +4,19 @@ and the workspace service refuses it after the phase started), never through the
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
-# The package's root, so the task imports the runner from the same tree as this service.
-_ROOT = str(Path(__file__).resolve().parents[2])
+from services.workspace import runner_task
+from shared.task_python import task_python
+
+# The runner travels in the job as a script (standard library only): the task runs as the
+# client's unprivileged task user, who may not read this service's tree (e.g. under /root).
+RUNNER_SOURCE = Path(runner_task.__file__).read_text()
+
+
+KILL_TIMEOUT_NS = 120 * 10**9
+TASK = "terraform"
 
 
 def job_id(run_id: str, phase: str) -> str:
@@ -25,7 +32,7 @@ def job_spec(
     terraform: str,
     datacenter: str,
     ca_pem: str = "",
-    python: str = sys.executable,
+    python: str = "",
 ) -> dict[str, Any]:
     env = {
         "TRELLIS_RUN_API": api_url,
@@ -33,7 +40,6 @@ def job_spec(
         "TRELLIS_RUN_PHASE": phase,
         "TRELLIS_RUN_TICKET": ticket,
         "TRELLIS_TERRAFORM": terraform,
-        "PYTHONPATH": _ROOT,
     }
     if ca_pem:
         env["TRELLIS_RUN_CA_PEM"] = ca_pem  # a public certificate: what to trust
@@ -55,13 +61,18 @@ def job_spec(
                     "ReschedulePolicy": {"Attempts": 0, "Unlimited": False},
                     "Tasks": [
                         {
-                            "Name": "terraform",
+                            "Name": TASK,
                             "Driver": "raw_exec",
                             "Config": {
-                                "command": python,
-                                "args": ["-m", "services.workspace.runner_task"],
+                                "command": python or task_python(),
+                                "args": ["-c", RUNNER_SOURCE],
                             },
                             "Env": env,
+                            # A cancel stops the job: SIGINT to the task's process group, as
+                            # Ctrl-C in a terminal (providers ignore it, terraform stops
+                            # gracefully), and this long to save the state before SIGKILL.
+                            "KillSignal": "SIGINT",
+                            "KillTimeout": KILL_TIMEOUT_NS,
                             "Resources": {"CPU": 100, "MemoryMB": 256},
                         }
                     ],

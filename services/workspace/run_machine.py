@@ -4,14 +4,13 @@ timestamps each one leaves, the actions a run offers, and the queue order. The s
 
 from __future__ import annotations
 
-import re
-
 from services.workspace.runs_model import Phase, Run
 
 FINAL = frozenset({"applied", "planned_and_finished", "discarded", "canceled", "errored"})
 # A run that holds its workspace (current run, lock) until it reaches a final status.
 ACTIVE = frozenset({"plan_queued", "planning", "planned", "confirmed", "apply_queued", "applying"})
 CANCELABLE = frozenset({"pending", "plan_queued", "planning", "apply_queued", "applying"})
+RUNNING = frozenset({"planning", "applying"})  # a task runs terraform
 DISCARDABLE = frozenset({"pending", "planned"})
 PHASE_FINAL = frozenset({"finished", "errored", "canceled", "unreachable"})
 
@@ -120,9 +119,21 @@ def discard(run: Run, t: float) -> None:
 
 
 def cancel(run: Run, t: float, *, force: bool = False) -> None:
-    """`cancel` stops a queued or running run (the executor stops its job). This service's
-    cancel takes effect at once, so `force-cancel` is the same on a run still cancelable."""
+    """`cancel` of a run whose plan or apply is running asks its task to stop, as Ctrl-C
+    does: terraform finishes what it is doing and saves the state, and the run becomes
+    `canceled` when the task reports (canceled()). A run with no task running, and
+    `force-cancel`, end at once."""
     _need(run, CANCELABLE, "force-canceled" if force else "canceled")
+    if not force and run.status in RUNNING:
+        if run.cancel_requested:
+            raise TransitionError(409, "a cancel is already requested; force-cancel ends the run")
+        run.cancel_requested = True
+        return
+    canceled(run, t, force=force)
+
+
+def canceled(run: Run, t: float, *, force: bool = False) -> None:
+    """The run ends canceled: a queued or running phase is canceled, a pending one unreachable."""
     run.cancel_requested = True
     for phase in (run.plan, run.apply):
         if phase.status in ("queued", "running"):
@@ -136,7 +147,7 @@ def cancel(run: Run, t: float, *, force: bool = False) -> None:
 
 def actions(run: Run) -> dict[str, bool]:
     return {
-        "is-cancelable": run.status in CANCELABLE,
+        "is-cancelable": run.status in CANCELABLE and not run.cancel_requested,
         "is-confirmable": run.status == "planned" and not run.plan_only,
         "is-discardable": run.status in DISCARDABLE,
         "is-force-cancelable": run.status in CANCELABLE and run.status != "pending",
@@ -147,29 +158,6 @@ def phase_of(run: Run, which: str) -> Phase:
     if which not in ("plan", "apply"):
         raise TransitionError(422, "phase must be plan or apply")
     return run.plan if which == "plan" else run.apply
-
-
-# --- what the terraform CLI printed ---
-
-_PLAN = re.compile(r"Plan: (\d+) to add, (\d+) to change, (\d+) to destroy")
-_APPLY = re.compile(
-    r"(?:Apply|Destroy) complete! Resources: (\d+) added, (\d+) changed, (\d+) destroyed"
-)
-_DESTROYED = re.compile(r"Destroy complete! Resources: (\d+) destroyed")
-
-
-def plan_counts(log: str) -> tuple[int, int, int]:
-    """Resource counts from a plan's output (the last summary line; none: no changes)."""
-    found = _PLAN.findall(log)
-    return tuple(int(x) for x in found[-1]) if found else (0, 0, 0)  # type: ignore[return-value]
-
-
-def apply_counts(log: str) -> tuple[int, int, int]:
-    found = _APPLY.findall(log)
-    if found:
-        return tuple(int(x) for x in found[-1])  # type: ignore[return-value]
-    gone = _DESTROYED.findall(log)
-    return (0, 0, int(gone[-1])) if gone else (0, 0, 0)
 
 
 def queue_order(runs: list[Run]) -> list[Run]:

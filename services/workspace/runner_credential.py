@@ -10,7 +10,12 @@ import time
 from shared.localnet import http_json
 
 POLICY = "trellis-remote-runs"
-RULES = 'namespace "default" {\n  capabilities = ["submit-job", "read-job", "list-jobs"]\n}\n'
+# alloc-lifecycle: a force-canceled run's task is killed at once.
+RULES = (
+    'namespace "default" {\n'
+    '  capabilities = ["submit-job", "read-job", "list-jobs", "alloc-lifecycle"]\n'
+    "}\n"
+)
 
 
 class ProvisionError(RuntimeError):

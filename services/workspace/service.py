@@ -115,7 +115,7 @@ class WorkspaceService:
         )
         # Remote runs: the leader submits plans and applies to the scheduler as jobs.
         self.executor = RunExecutor(
-            self.bus, self.settings, self.state, self.log, lambda: lease.is_leader
+            self.bus, self.settings, self.state, self.log, lambda: lease.is_leader, self.blobs
         )
         self.executor.start()
         self._ready = True

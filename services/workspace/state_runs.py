@@ -203,7 +203,10 @@ class RunsState:
         phase = rm.phase_of(run, p["phase"])
         if phase.status != "running":
             raise ApplyError(409, f"the {p['phase']} is {phase.status}, not running")
-        if not p["ok"]:
+        if run.cancel_requested and not (p["ok"] and p["phase"] == "apply"):
+            # The task stopped on the cancel (an apply that finished first is applied).
+            self._machine(rm.canceled, run, t)
+        elif not p["ok"]:
             self._machine(rm.errored, run, t, p.get("message") or f"the {p['phase']} failed")
         elif p["phase"] == "plan":
             self._machine(

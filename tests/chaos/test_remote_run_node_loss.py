@@ -1,12 +1,17 @@
 """Chaos: the client node running a remote run's apply dies mid-apply (kill -9 of the client
 agent and every process it started, as when the machine goes). The run must end `errored`
 with a message that says what happened, its workspace must unlock, and no state version may
-claim the apply. The apply is held mid-flight deterministically: the configuration reads a
-`terraform_remote_state` (http backend) from a server in this test, which answers the plan's
-read and holds the apply's."""
+claim the apply. And a cancel mid-apply: terraform is interrupted as by Ctrl-C, finishes what
+it is doing, and the run ends `canceled` only then. The apply is held mid-flight
+deterministically: the configuration reads two `terraform_remote_state`s (http backend) from a
+server in this test, which answers the plan's read and holds the apply's (the second one's
+address holds `timestamp()`, unknown until the apply, so only the apply of the saved plan
+reads it).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -18,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+import requests
 
 from services.supervisor import child_role, direct_children
 from tests.procs import DevProcess, descendants, until
@@ -46,11 +52,12 @@ class HeldState:
                 while not outer.release.acquire(timeout=0.5):
                     if outer.closing.is_set():
                         break
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(STATE)))
-                self.end_headers()
-                self.wfile.write(STATE)
+                with contextlib.suppress(OSError):  # a killed reader is gone
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(STATE)))
+                    self.end_headers()
+                    self.wfile.write(STATE)
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -64,81 +71,163 @@ class HeldState:
         self.server.shutdown()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def trellis() -> Iterator[DevProcess]:
+    """One `trellis dev` for the module: the cancel test first, the node kill last."""
     with tls_dev() as d:
+        create_org(Api(d), d.root_token)
         yield d
 
 
-def test_client_node_dies_during_apply(trellis: DevProcess, tmp_path: Path) -> None:
+def held_apply(
+    trellis: DevProcess, tmp_path: Path, name: str, held: HeldState
+) -> tuple[Api, str, str, subprocess.Popen[str], dict[str, Any]]:
+    """`terraform apply -auto-approve` in a new workspace, up to the apply's held read:
+    the API, the workspace id, a token, the CLI's process and the run (applying)."""
     api = Api(trellis)
     admin = trellis.root_token
     host = f"localhost:{urlsplit(trellis.workspace).port}"
-    create_org(api, admin)
-    ws = workspace(api, admin, "app")
-    team, token = team_with_token(api, admin, "ops")
+    ws = workspace(api, admin, name)
+    team, token = team_with_token(api, admin, f"ops-{name}")
     grant(api, admin, team, ws, "write")
-    held = HeldState()
-    try:
-        tf = Tf(tmp_path, "app", host, token, trellis.ca_file)
-        tf.write(
-            "app",
-            f"""data "terraform_remote_state" "slow" {{
+    tf = Tf(tmp_path, name, host, token, trellis.ca_file)
+    base = f"http://127.0.0.1:{held.port}"
+    tf.write(
+        name,
+        f"""data "terraform_remote_state" "planned" {{
   backend = "http"
   config = {{
-    address = "http://127.0.0.1:{held.port}/state"
+    address = "{base}/planned"
+  }}
+}}
+data "terraform_remote_state" "slow" {{
+  backend = "http"
+  config = {{
+    address = "{base}/slow?at=${{timestamp()}}"
   }}
 }}
 output "done" {{
   value = "yes"
 }}
 """,
-        )
-        tf.run("init", "-input=false", "-no-color")
-        cli = subprocess.Popen(
-            ["terraform", "apply", "-auto-approve", "-input=false", "-no-color"],
-            cwd=tf.dir,
-            env=tf.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        try:
-            # The plan reads the remote state: let it through.
-            assert held.arrived.acquire(timeout=120), "the plan never read the remote state"
-            held.release.release()
-            # The apply reads it again: now the apply job is running on the client node.
-            assert held.arrived.acquire(timeout=120), "the apply never started"
-            runs = api.ok("GET", f"/workspaces/{ws}/runs", token)["data"]
-            assert runs[0]["attributes"]["status"] == "applying", runs[0]
-            run_id = runs[0]["id"]
-            (client,) = [p for p in direct_children(trellis.proc.pid) if child_role(p) == "client"]
-            victims = [client, *descendants(client)]
-            for pid in victims:
-                os.kill(pid, signal.SIGKILL)
+    )
+    tf.run("init", "-input=false", "-no-color")
+    cli = subprocess.Popen(
+        ["terraform", "apply", "-auto-approve", "-input=false", "-no-color"],
+        cwd=tf.dir,
+        env=tf.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    # The plan reads the first remote state: let it through.
+    assert held.arrived.acquire(timeout=120), "the plan never read the remote state"
+    held.release.release()
+    # The apply reads the second: now the apply job is running on the client node.
+    assert held.arrived.acquire(timeout=120), "the apply never started"
+    runs = api.ok("GET", f"/workspaces/{ws}/runs", token)["data"]
+    assert runs[0]["attributes"]["status"] == "applying", runs[0]
+    return api, ws, token, cli, runs[0]
 
-            def finished() -> dict[str, Any] | None:
-                doc = api.ok("GET", f"/runs/{run_id}", token)["data"]["attributes"]
-                return doc if doc["status"] not in ("applying", "apply_queued") else None
 
-            run = until(finished, 90, "the run to end")
-            assert run["status"] == "errored", run
-            message = run["error-message"] or ""
-            assert "apply" in message and ("lost" in message or "died" in message), message
-            wsdoc = api.ok("GET", f"/workspaces/{ws}", token)["data"]
-            assert wsdoc["attributes"]["locked"] is False
-            assert wsdoc["relationships"]["current-run"]["data"] is None
-            apply_id = runs[0]["relationships"]["apply"]["data"]["id"]
-            apply = api.ok("GET", f"/applies/{apply_id}", token)["data"]["attributes"]
-            assert apply["status"] == "errored", apply
-            # Nothing was applied: no state version names this run.
-            status, _ = api.call("GET", f"/workspaces/{ws}/current-state-version", token)
-            assert status == 404
-            out, _ = cli.communicate(timeout=120)
-            assert cli.returncode != 0, out
-        finally:
-            if cli.poll() is None:
-                cli.kill()
-                cli.wait()
+def ended(api: Api, token: str, run_id: str) -> dict[str, Any]:
+    def final() -> dict[str, Any] | None:
+        doc = api.ok("GET", f"/runs/{run_id}", token)["data"]["attributes"]
+        return doc if doc["status"] not in ("applying", "apply_queued") else None
+
+    return until(final, 90, "the run to end")
+
+
+def test_cancel_during_apply_interrupts_terraform(trellis: DevProcess, tmp_path: Path) -> None:
+    held = HeldState()
+    cli: subprocess.Popen[str] | None = None
+    try:
+        api, ws, token, cli, run = held_apply(trellis, tmp_path, "cancel", held)
+        api.ok("POST", f"/runs/{run['id']}/actions/cancel", token, None, 202)
+        # The run holds on until terraform stopped: its apply log shows the interrupt.
+        apply_id = run["relationships"]["apply"]["data"]["id"]
+        url = api.ok("GET", f"/applies/{apply_id}", token)["data"]["attributes"]["log-read-url"]
+
+        def interrupted() -> bool:
+            log = requests.get(url, verify=trellis.ca_file, timeout=10).content
+            return b"Interrupt received" in log
+
+        until(interrupted, 60, "terraform to receive the interrupt")
+        doc = api.ok("GET", f"/runs/{run['id']}", token)["data"]["attributes"]
+        assert doc["status"] == "applying" and doc["actions"]["is-cancelable"] is False
+        assert api.ok("GET", f"/workspaces/{ws}", token)["data"]["attributes"]["locked"] is True
+        held.release.release()  # the read in flight finishes; terraform halts after it
+        done = ended(api, token, run["id"])
+        assert done["status"] == "canceled", done
+        assert "force-canceled-at" not in done["status-timestamps"]
+        apply = api.ok("GET", f"/applies/{apply_id}", token)["data"]["attributes"]
+        assert apply["status"] == "canceled", apply
+        log = requests.get(url, verify=trellis.ca_file, timeout=10).content
+        assert b"Gracefully shutting down" in log and log.endswith(b"\x03"), log
+        assert api.ok("GET", f"/workspaces/{ws}", token)["data"]["attributes"]["locked"] is False
+        out, _ = cli.communicate(timeout=120)
+        assert cli.returncode != 0, out
     finally:
+        if cli is not None and cli.poll() is None:
+            cli.kill()
+            cli.wait()
+        held.close()
+
+
+def test_force_cancel_kills_the_apply_at_once(trellis: DevProcess, tmp_path: Path) -> None:
+    """force-cancel ends the run and frees the workspace at once, and its task is killed
+    (SIGKILL), not left the graceful stop's two minutes."""
+    held = HeldState()
+    cli: subprocess.Popen[str] | None = None
+    try:
+        api, ws, token, cli, run = held_apply(trellis, tmp_path, "force", held)
+        api.ok("POST", f"/runs/{run['id']}/actions/force-cancel", token, None, 202)
+        doc = api.ok("GET", f"/runs/{run['id']}", token)["data"]["attributes"]
+        assert doc["status"] == "canceled" and "force-canceled-at" in doc["status-timestamps"]
+        assert api.ok("GET", f"/workspaces/{ws}", token)["data"]["attributes"]["locked"] is False
+        job = f"{trellis.scheduler}/v1/job/trellis-{run['id']}-apply/allocations"
+
+        def killed() -> bool:
+            allocs = requests.get(job, verify=trellis.ca_file, timeout=10).json()
+            return all(a["ClientStatus"] != "running" for a in allocs)
+
+        # Well within the kill timeout a plain stop would wait for (120 s).
+        until(killed, 30, "the apply task to be killed")
+        out, _ = cli.communicate(timeout=120)
+        assert cli.returncode != 0, out
+    finally:
+        if cli is not None and cli.poll() is None:
+            cli.kill()
+            cli.wait()
+        held.close()
+
+
+def test_client_node_dies_during_apply(trellis: DevProcess, tmp_path: Path) -> None:
+    """Last in the module: the dev's client node does not come back."""
+    held = HeldState()
+    cli: subprocess.Popen[str] | None = None
+    try:
+        api, ws, token, cli, run = held_apply(trellis, tmp_path, "app", held)
+        (client,) = [p for p in direct_children(trellis.proc.pid) if child_role(p) == "client"]
+        for pid in [client, *descendants(client)]:
+            os.kill(pid, signal.SIGKILL)
+        done = ended(api, token, run["id"])
+        assert done["status"] == "errored", done
+        message = done["error-message"] or ""
+        assert "apply" in message and ("lost" in message or "died" in message), message
+        wsdoc = api.ok("GET", f"/workspaces/{ws}", token)["data"]
+        assert wsdoc["attributes"]["locked"] is False
+        assert wsdoc["relationships"]["current-run"]["data"] is None
+        apply_id = run["relationships"]["apply"]["data"]["id"]
+        apply = api.ok("GET", f"/applies/{apply_id}", token)["data"]["attributes"]
+        assert apply["status"] == "errored", apply
+        # Nothing was applied: no state version names this run.
+        status, _ = api.call("GET", f"/workspaces/{ws}/current-state-version", token)
+        assert status == 404
+        out, _ = cli.communicate(timeout=120)
+        assert cli.returncode != 0, out
+    finally:
+        if cli is not None and cli.poll() is None:
+            cli.kill()
+            cli.wait()
         held.close()

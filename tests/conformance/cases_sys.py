@@ -154,6 +154,12 @@ def steps(u: str) -> list[Step]:
         # unknown paths and methods
         S("sys.unknown", "GET", f"sys/no-such-path-{u}"),
         S("sys.unknown.mount", "GET", f"c-no-mount-{u}/x"),
+        # path help (`bao path-help`): a served path, a mount's root, an unknown path
+        S("sys.help", "GET", "sys/mounts?help=1"),
+        S("sys.help.root", "GET", "sys/?help=1"),
+        S("sys.help.unknown", "GET", f"sys/no-such-path-{u}?help=1"),
+        S("sys.help.unknown.token", "GET", f"auth/token/no-such-path-{u}?help=1"),
+        S("sys.help.notoken", "GET", "sys/mounts?help=1", token=None),
         # audit devices: OpenBao manages them in its config only, Trellis has none
         S("sys.audit.list", "GET", "sys/audit"),
         S("sys.audit.enable", "POST", f"sys/audit/c-{u}", {"type": "file", "options": {}}),

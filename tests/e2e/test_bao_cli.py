@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from shared.localnet import free_port
 from tests.openbao import bao_binary
@@ -63,8 +65,12 @@ class Bao:
 
     def json(self, *args: str, **kw: Any) -> Any:
         """Run with -format=json placed after the command words (flags precede arguments)."""
+        return json.loads(self.flagged("-format=json", *args, **kw))
+
+    def flagged(self, flag: str, *args: str, **kw: Any) -> str:
+        """Run with `flag` placed after the command words."""
         n = 1 + (args[0] in _TWO_WORD) + (args[:2] == ("kv", "metadata"))
-        return json.loads(self.ok(*args[:n], "-format=json", *args[n:], **kw))
+        return self.ok(*args[:n], flag, *args[n:], **kw)
 
     def fails(self, *args: str, code: int = 2, **kw: Any) -> str:
         cp = self.run(*args, **kw)
@@ -91,6 +97,30 @@ def _kv_get(bao: Bao, *args: str) -> Any:
     return bao.json("kv", "get", *args)
 
 
+def _printed(value: Any) -> str:
+    """A scalar as the CLI's table and -field print it."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def every_format(
+    bao: Bao, *args: str, field: str, at: tuple[str, ...] = ("data",), field_flag: bool = True
+) -> Any:
+    """One read in each output format: -format=json, -format=yaml and -format=table tell the
+    same value of `field` (found under `at` in the JSON), and so does -field where the command
+    has it. Returns the value."""
+    as_json, as_yaml = bao.json(*args), yaml.safe_load(bao.flagged("-format=yaml", *args))
+    for part in at:
+        as_json, as_yaml = as_json[part], as_yaml[part]
+    value = as_json[field]
+    assert as_yaml[field] == value, (as_yaml, value)
+    table = bao.flagged("-format=table", *args)
+    row = rf"^{re.escape(field)}\s+{re.escape(_printed(value))}\s*$"
+    assert re.search(row, table, re.M), f"no row {field} {value!r} in:\n{table}"
+    if field_flag:
+        assert bao.flagged(f"-field={field}", *args).strip() == _printed(value)
+    return value
+
+
 def cli_session(bao: Bao, u: str) -> None:
     """The session a new user types, step by step. `u` makes every name unique."""
     # status, in each output format
@@ -98,6 +128,10 @@ def cli_session(bao: Bao, u: str) -> None:
     assert st["sealed"] is False and st["initialized"] is True
     assert "Sealed" in bao.ok("status")
     assert "sealed: false" in bao.ok("status", "-format=yaml")
+    assert "is initialized" in bao.ok("operator", "init", "-status")
+    assert "already initialized" in bao.fails(
+        "operator", "init", "-key-shares=1", "-key-threshold=1"
+    )
 
     # secrets engines
     kv1, kv2 = f"kv1-{u}", f"kv2-{u}"
@@ -106,6 +140,7 @@ def cli_session(bao: Bao, u: str) -> None:
     mounts = bao.json("secrets", "list")
     assert mounts[f"{kv1}/"]["type"] == "kv" and mounts[f"{kv2}/"]["options"]["version"] == "2"
     assert f"{kv2}/" in bao.ok("secrets", "list")
+    assert yaml.safe_load(bao.flagged("-format=yaml", "secrets", "list")) == mounts
     bao.ok("secrets", "tune", "-default-lease-ttl=1h", "-max-lease-ttl=2h", kv1)
     assert bao.ok("read", "-field=default_lease_ttl", f"sys/mounts/{kv1}/tune").strip() == "3600"
 
@@ -116,9 +151,14 @@ def cli_session(bao: Bao, u: str) -> None:
     assert _kv_get(bao, f"-mount={kv1}", "app")["data"] == {"k": "v", "n": "1"}
     assert sorted(bao.json("kv", "list", kv1)) == ["app", "other"]
     assert bao.json("kv", "list", f"-mount={kv1}") == bao.json("kv", "list", kv1)
+    assert yaml.safe_load(bao.flagged("-format=yaml", "kv", "list", kv1)) == ["app", "other"]
+    assert "app" in bao.flagged("-format=table", "kv", "list", kv1).split()
     bao.ok("kv", "delete", f"{kv1}/other")
     bao.fails("kv", "get", f"{kv1}/other")
-    assert "k: v" in bao.ok("kv", "get", "-format=yaml", f"{kv1}/app")
+    bao.ok("kv", "put", f"{kv1}/third", "c=d")
+    bao.ok("kv", "delete", f"-mount={kv1}", "third")
+    bao.fails("kv", "get", f"-mount={kv1}", "third")
+    assert every_format(bao, "kv", "get", f"{kv1}/app", field="k") == "v"
 
     # kv on a v2 mount: every subcommand
     bao.ok("kv", "put", f"{kv2}/app", "k=v1")
@@ -129,7 +169,7 @@ def cli_session(bao: Bao, u: str) -> None:
     bao.ok("kv", "patch", f"-mount={kv2}", "-method=rw", "app", "z=w")
     got = _kv_get(bao, f"-mount={kv2}", "app")["data"]
     assert got["data"] == {"k": "v3", "x": "y", "z": "w"} and got["metadata"]["version"] == 4
-    assert bao.ok("kv", "get", "-field=x", f"{kv2}/app").strip() == "y"
+    assert every_format(bao, "kv", "get", f"{kv2}/app", field="x", at=("data", "data")) == "y"
     table = bao.ok("kv", "get", f"{kv2}/app")
     assert f"{kv2}/data/app" in table and "== Data ==" in table and "Metadata" in table
     bao.ok("kv", "put", f"{kv2}/dir/leaf", "a=1")
@@ -137,7 +177,14 @@ def cli_session(bao: Bao, u: str) -> None:
     assert bao.json("kv", "list", f"-mount={kv2}", "dir") == ["leaf"]
     bao.fails("kv", "put", "-cas=1", f"{kv2}/app", "k=stale")
     bao.ok("kv", "put", "-cas=4", f"{kv2}/app", "k=v5")
-    bao.ok("kv", "metadata", "put", "-max-versions=7", "-custom-metadata=owner=ops", f"{kv2}/app")
+    bao.ok("kv", "metadata", "put", "-max-versions=6", "-custom-metadata=owner=ops", f"{kv2}/app")
+    bao.ok("kv", "metadata", "put", f"-mount={kv2}", "-max-versions=7", "app")
+    assert (
+        every_format(
+            bao, "kv", "metadata", "get", f"{kv2}/app", field="max_versions", field_flag=False
+        )
+        == 7
+    )
     md = bao.json("kv", "metadata", "get", f"{kv2}/app")["data"]
     assert md["max_versions"] == 7 and md["custom_metadata"] == {"owner": "ops"}
     assert md["current_version"] == 5
@@ -148,13 +195,25 @@ def cli_session(bao: Bao, u: str) -> None:
     assert "deletion_time" in gone and "== Data ==" not in gone
     bao.ok("kv", "undelete", "-versions=5", f"{kv2}/app")
     assert bao.ok("kv", "get", "-field=k", f"{kv2}/app").strip() == "v5"
+    bao.ok("kv", "delete", f"-mount={kv2}", "app")
+    bao.fails("kv", "get", "-field=k", f"{kv2}/app")
+    bao.ok("kv", "undelete", f"-mount={kv2}", "-versions=5", "app")
+    assert bao.ok("kv", "get", "-field=k", f"-mount={kv2}", "-version=5", "app").strip() == "v5"
     bao.ok("kv", "delete", "-versions=1", f"-mount={kv2}", "app")
     bao.ok("kv", "destroy", "-versions=2", f"{kv2}/app")
-    assert bao.json("kv", "metadata", "get", f"{kv2}/app")["data"]["versions"]["2"]["destroyed"]
+    bao.ok("kv", "destroy", f"-mount={kv2}", "-versions=1", "app")
+    versions = bao.json("kv", "metadata", "get", f"{kv2}/app")["data"]["versions"]
+    assert versions["1"]["destroyed"] and versions["2"]["destroyed"], versions
+    bao.ok("kv", "rollback", f"-mount={kv2}", "-version=4", "app")
+    assert bao.ok("kv", "get", "-field=z", f"{kv2}/app").strip() == "w"
     bao.ok("kv", "rollback", "-version=3", f"{kv2}/app")
     assert bao.ok("kv", "get", "-field=k", f"{kv2}/app").strip() == "v3"
+    assert bao.json("kv", "get", f"{kv2}/app")["data"]["metadata"]["version"] == 7
     bao.ok("kv", "metadata", "delete", f"{kv2}/dir/leaf")
     bao.fails("kv", "get", f"{kv2}/dir/leaf")
+    bao.ok("kv", "put", f"{kv2}/dir/leaf2", "b=2")
+    bao.ok("kv", "metadata", "delete", f"-mount={kv2}", "dir/leaf2")
+    bao.fails("kv", "get", f"-mount={kv2}", "dir/leaf2")
     # A v1 mount upgraded in place, then used through kv as a v2 mount.
     kvu = f"kvu-{u}"
     bao.ok("secrets", "enable", f"-path={kvu}", "kv")
@@ -179,6 +238,14 @@ def cli_session(bao: Bao, u: str) -> None:
     assert f"{kv2}/data/*" in bao.ok("policy", "read", pol)
     assert pol in bao.json("policy", "list")
     assert bao.json("policy", "read", pol)["policy"] == hcl
+    assert pol in yaml.safe_load(bao.flagged("-format=yaml", "policy", "list"))
+    assert yaml.safe_load(bao.flagged("-format=yaml", "policy", "read", pol))["policy"] == hcl
+    dropped = f"dropped-{u}"
+    bao.ok("policy", "write", dropped, "-", stdin=hcl)
+    assert dropped in bao.json("policy", "list")
+    assert "Success! Deleted policy" in bao.ok("policy", "delete", dropped)
+    assert dropped not in bao.json("policy", "list")
+    bao.fails("policy", "read", dropped)
 
     # tokens
     tok = bao.json("token", "create", f"-policy={pol}", "-ttl=1h", "-renewable=true")["auth"]
@@ -187,7 +254,7 @@ def cli_session(bao: Bao, u: str) -> None:
     assert sorted(look["policies"]) == sorted(["default", pol]), look
     assert look["accessor"] == tok["accessor"], (look, tok)
     assert bao.json("token", "lookup", "-accessor", tok["accessor"])["data"]["id"] == ""
-    assert bao.ok("token", "lookup", "-field=display_name", child).strip() == "token"
+    assert every_format(bao, "token", "lookup", child, field="display_name") == "token"
     renewed = bao.json("token", "renew", "-increment=30m", child)["auth"]
     assert 0 < renewed["lease_duration"] <= 1800
     caps = bao.ok("token", "capabilities", child, f"{kv2}/data/app").strip()
@@ -198,12 +265,10 @@ def cli_session(bao: Bao, u: str) -> None:
     assert bao.json("token", "lookup", token=child)["data"]["id"] == child
     bao.ok("token", "revoke", child)
     bao.fails("token", "lookup", child)
-    bao.ok(
-        "token",
-        "revoke",
-        "-self",
-        token=bao.json("token", "create", "-ttl=5m")["auth"]["client_token"],
-    )
+    short = bao.flagged("-field=token", "token", "create", "-ttl=5m").strip()
+    assert bao.json("token", "lookup", token=short)["data"]["id"] == short
+    bao.ok("token", "revoke", "-self", token=short)
+    bao.fails("token", "lookup", token=short)
 
     # auth methods and logins
     up, ar = f"up-{u}", f"ar-{u}"
@@ -211,6 +276,8 @@ def cli_session(bao: Bao, u: str) -> None:
     bao.ok("auth", "enable", f"-path={ar}", "approle")
     auths = bao.json("auth", "list")
     assert auths[f"{up}/"]["type"] == "userpass" and auths[f"{ar}/"]["type"] == "approle"
+    assert yaml.safe_load(bao.flagged("-format=yaml", "auth", "list")) == auths
+    assert f"{up}/" in bao.flagged("-format=table", "auth", "list").split()
     bao.ok("auth", "tune", "-default-lease-ttl=30m", "-max-lease-ttl=1h", up)
     assert bao.ok("read", "-field=default_lease_ttl", f"sys/auth/{up}/tune").strip() == "1800"
     bao.ok("write", f"auth/{up}/users/alice", "password=s3cret-pw", f"token_policies={pol}")
@@ -243,7 +310,7 @@ def cli_session(bao: Bao, u: str) -> None:
 
     # generic read/write/list/delete/patch and path-help
     bao.ok("write", f"cubbyhole/note-{u}", "text=hello")
-    assert bao.ok("read", "-field=text", f"cubbyhole/note-{u}").strip() == "hello"
+    assert every_format(bao, "read", f"cubbyhole/note-{u}", field="text") == "hello"
     assert f"note-{u}" in bao.json("list", "cubbyhole/")
     bao.ok("patch", f"{kv2}/metadata/app", "max_versions=9")
     assert bao.json("read", f"{kv2}/metadata/app")["data"]["max_versions"] == 9
@@ -252,6 +319,7 @@ def cli_session(bao: Bao, u: str) -> None:
     helptext = bao.ok("path-help", f"{kv2}/data/app")
     assert "## " in helptext and "data" in helptext
     assert bao.ok("path-help", "sys/mounts").strip()
+    assert "Code: 404" in bao.fails("path-help", f"sys/no-such-path-{u}")
     rnd = bao.ok("write", "-field=random_bytes", "sys/tools/random/16", "format=hex").strip()
     assert len(rnd) == 32 and int(rnd, 16) >= 0
 
@@ -294,6 +362,7 @@ def cli_session(bao: Bao, u: str) -> None:
     lease_id = leaf["lease_id"]
     look = bao.json("lease", "lookup", lease_id)["data"]
     assert look["id"] == lease_id and 0 < look["ttl"] <= 3600
+    assert every_format(bao, "lease", "lookup", lease_id, field="id", field_flag=False) == lease_id
     assert bao.json("list", f"sys/leases/lookup/{pki}/issue/web/") == [lease_id.rsplit("/", 1)[1]]
     assert "lease is not renewable" in bao.fails("lease", "renew", "-increment=30m", lease_id)
     bao.ok("lease", "revoke", lease_id)
@@ -325,7 +394,10 @@ def cli_session(bao: Bao, u: str) -> None:
     ns = f"ns{u}"
     bao.ok("namespace", "create", ns)
     assert f"{ns}/" in bao.json("namespace", "list")
-    assert bao.json("namespace", "lookup", ns)["path"] == f"{ns}/"
+    assert (
+        every_format(bao, "namespace", "lookup", ns, field="path", at=(), field_flag=False)
+        == f"{ns}/"
+    )
     bao.ok("secrets", "enable", f"-namespace={ns}", "-path=kvn", "-version=2", "kv")
     bao.ok("kv", "put", f"-namespace={ns}", "kvn/app", "a=b")
     assert bao.ok("kv", "get", f"-namespace={ns}", "-field=a", "kvn/app").strip() == "b"
@@ -364,6 +436,7 @@ def operator_session(bao: Bao) -> None:
     """`operator init/unseal/seal` on a fresh, uninitialised server."""
     st = json.loads(bao.run("status", "-format=json").stdout)
     assert st["initialized"] is False
+    assert "is not initialized" in bao.fails("operator", "init", "-status")
     init = bao.json("operator", "init", "-key-shares=3", "-key-threshold=2")
     keys, root = init["unseal_keys_hex"], init["root_token"]
     assert len(keys) == 3 and len(init["unseal_keys_b64"]) == 3

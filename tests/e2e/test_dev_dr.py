@@ -1,15 +1,22 @@
 """Two `trellis dev` instances become DR primary and secondary with three API calls, and the
-primary's writes show up on the secondary (last_remote_wal, merkle_root) within a second."""
+primary's writes show up on the secondary (last_remote_wal, merkle_root) within a second. Then
+the primary's whole process tree is killed (SIGKILL) and the secondary, promoted with an
+operation token made from the primary's unseal key and no unseal call, serves the primary's
+data to the primary's root token: the failover across real processes."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
 import time
 from typing import Any
 
 import pytest
 import requests
 
-from tests.procs import dev
+from services.replication import otp
+from tests.procs import DevProcess, alive, descendants, dev, until
 
 pytestmark = pytest.mark.e2e
 
@@ -60,3 +67,47 @@ def test_two_dev_instances_pair_and_stream() -> None:
         # The secondary serves no client requests.
         code, body = call(b.secrets, "GET", "/v1/secret/data/app1", a.root_token)
         assert code == 400 and body["errors"]
+
+        fail_over(a, b)
+
+
+def fail_over(a: DevProcess, b: DevProcess) -> None:
+    """Kill every process of the primary; promote the secondary without unsealing it."""
+    data_dir = a.data_dir
+    tree = [a.proc.pid, *descendants(a.proc.pid)]
+    for pid in tree:
+        os.kill(pid, signal.SIGKILL)
+    a.proc.wait()
+    until(lambda: not any(alive(pid) for pid in tree), 30, "the primary's processes gone")
+    shutil.rmtree(data_dir, ignore_errors=True)
+
+    def cut_off() -> bool:
+        _, status = call(b.secrets, "GET", DR + "status")
+        return status["data"]["primaries"][0]["connection_status"] == "disconnected"
+
+    until(cut_off, 30, "the secondary to see its primary gone", interval=0.05)
+    code, body = call(b.secrets, "GET", "/v1/sys/seal-status")
+    assert code == 200 and body["sealed"] is True, body  # no usable key before promotion
+    gen = DR + "secondary/generate-operation-token/"
+    code, att = call(b.secrets, "POST", gen + "attempt", json={})
+    assert code == 200, att
+    code, done = call(
+        b.secrets, "POST", gen + "update", json={"key": a.unseal_key, "nonce": att["nonce"]}
+    )
+    assert code == 200 and done["complete"] is True, done
+    token = otp.decode(done["encoded_token"], att["otp"])
+    code, body = call(
+        b.secrets, "POST", DR + "secondary/promote", json={"dr_operation_token": token}
+    )
+    assert code == 200 and body["complete"] is True and not body.get("warnings"), body
+
+    def served() -> Any:
+        code, body = call(b.secrets, "GET", "/v1/secret/data/app1", a.root_token)
+        return body if code == 200 else None
+
+    body = until(served, 30, "the promoted secondary to serve the primary's token", 0.05)
+    assert body["data"]["data"] == {"i": 1}
+    code, body = call(b.secrets, "GET", "/v1/sys/seal-status")
+    assert code == 200 and body["sealed"] is False, body
+    _, status = call(b.secrets, "GET", DR + "status")
+    assert status["data"]["mode"] == "primary", status

@@ -1,8 +1,9 @@
 """Hostile bytes through `trellis dev` (issue 20, item 1): every body below on each API is a 4xx
-in that API's error shape with a message saying what is wrong, a lone surrogate written to KV
-reads back as U+FFFD (as OpenBao stores it), and `OPTIONS *`, `CONNECT` and `TRACE` get an
-answer below 500 on every listener. Bodies and request lines go out on raw sockets: HTTP
-clients refuse to send some of them."""
+in that API's error shape with a message saying what is wrong, a lone surrogate written to
+each API reads back as U+FFFD (as OpenBao stores it in KV), and `OPTIONS *`, `CONNECT` and
+`TRACE` get an answer below 500 on every listener. Bodies and request lines go out on raw
+sockets: HTTP clients refuse to send some of them. (test_supervision.py sends some of them to
+`trellis server`.)"""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def post(base: str, path: str, body: bytes, ctype: str, token: str) -> Reply:
 @pytest.fixture(scope="module")
 def trellis(trellis_dev: DevProcess) -> DevProcess:
     """The session's `trellis dev` (every body here is refused: nothing is left behind but a
-    KV secret of a unique name and a PKI mount of one)."""
+    KV secret, an organization, a job and a PKI mount, each of a unique name)."""
     return trellis_dev
 
 
@@ -231,6 +232,31 @@ def test_workspace_refuses(trellis: DevProcess, body: bytes, words: str) -> None
     assert err["detail"].startswith("malformed JSON: ") and words in err["detail"], err
 
 
+def test_workspace_lone_surrogate_reads_back_as_replacement_character(
+    trellis: DevProcess,
+) -> None:
+    ctype = "application/vnd.api+json"
+    org = f"hostile-{uuid.uuid4().hex[:8]}"
+    body = b'{"data": {"type": "organizations", "attributes": {"name": "%s", "email": "a@b.test"}}}'
+    r = post(
+        trellis.workspace, "/api/v2/organizations", body % org.encode(), ctype, trellis.root_token
+    )
+    assert r.status == 201, r.body
+    attrs = b'{"name": "w", "description": "x\\ud800y\\udc00"}'
+    ws = b'{"data": {"type": "workspaces", "attributes": %s}}' % attrs
+    r = post(
+        trellis.workspace, f"/api/v2/organizations/{org}/workspaces", ws, ctype, trellis.root_token
+    )
+    assert r.status == 201, r.body
+    head = (
+        f"GET /api/v2/organizations/{org}/workspaces/w HTTP/1.1\r\nHost: trellis\r\n"
+        f"Authorization: Bearer {trellis.root_token}"
+    )
+    got = raw_request(trellis.workspace, head.encode())
+    assert got.status == 200, got.body
+    assert got.json()["data"]["attributes"]["description"] == "x\ufffdy\ufffd"  # type: ignore[index]
+
+
 # --- scheduler: Nomad's plain-text errors ---
 
 SCHED_BODIES = [
@@ -254,6 +280,29 @@ def test_scheduler_refuses(trellis: DevProcess, path: str, body: bytes, words: s
     assert r.headers["content-type"].startswith("text/plain")
     assert r.body.startswith(b"Failed to decode request body: "), r.body[:300]
     assert words.encode() in r.body, r.body[:300]
+
+
+def test_scheduler_lone_surrogate_reads_back_as_replacement_character(
+    trellis: DevProcess,
+) -> None:
+    name = f"hostile-{uuid.uuid4().hex[:8]}"
+    job = {
+        "Job": {
+            "ID": name,
+            "Type": "batch",
+            "Datacenters": ["dc1"],
+            "Meta": {"a": "@A@", "pair": "@PAIR@"},
+            "TaskGroups": [{"Name": "g", "Tasks": [{"Name": "t", "Driver": "mock", "Config": {}}]}],
+        }
+    }
+    # json.dumps would write the surrogate escapes itself; put the raw escapes in.
+    body = json.dumps(job).replace("@A@", "x\\ud800y").replace("@PAIR@", "\\ud83d\\ude00").encode()
+    r = post(trellis.scheduler, "/v1/jobs", body, "application/json", trellis.root_token)
+    assert r.status == 200, r.body
+    head = f"GET /v1/job/{name} HTTP/1.1\r\nHost: trellis\r\nX-Nomad-Token: {trellis.root_token}"
+    got = raw_request(trellis.scheduler, head.encode())
+    assert got.status == 200, got.body
+    assert got.json()["Meta"] == {"a": "x\ufffdy", "pair": "\U0001f600"}  # type: ignore[index]
 
 
 # --- request lines: never a 500, on any listener ---

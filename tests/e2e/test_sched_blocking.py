@@ -5,8 +5,6 @@ once."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 import socket
 import threading
@@ -14,10 +12,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import aiohttp
 import pytest
 import requests
 
+from tests.held_queries import Held
 from tests.procs import DevProcess, dev, wait_node_ready
 
 pytestmark = pytest.mark.e2e
@@ -25,53 +23,6 @@ pytestmark = pytest.mark.e2e
 HELD = 1000
 FAST = 2.0  # seconds an ordinary request may take while the blocking queries wait
 GATEWAY_TIMEOUT = 5  # the gateway's ordinary deadline in this cluster (TRELLIS_REQUEST_TIMEOUT)
-
-
-class Held:
-    """HELD blocking queries on an index the log never reaches, held open from a thread."""
-
-    def __init__(self, base: str) -> None:
-        self.base = base
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.answered: list[Any] = []
-        self._task: asyncio.Task[None] | None = None
-
-    async def _one(self, session: aiohttp.ClientSession) -> None:
-        url = f"{self.base}/v1/jobs?index=999999999&wait=5m"
-        try:
-            async with session.get(url) as r:
-                await r.read()
-                self.answered.append(r.status)
-        except aiohttp.ClientError as exc:
-            self.answered.append(repr(exc))
-
-    async def _all(self) -> None:
-        conn = aiohttp.TCPConnector(limit=0)
-        async with aiohttp.ClientSession(
-            connector=conn, timeout=aiohttp.ClientTimeout(total=None)
-        ) as session:
-            await asyncio.gather(*(self._one(session) for _ in range(HELD)))
-
-    async def _start(self) -> None:
-        self._task = asyncio.create_task(self._all())
-
-    async def _stop(self) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-
-    def __enter__(self) -> Held:
-        self.thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        asyncio.run_coroutine_threadsafe(self._stop(), self.loop).result(30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
 
 
 def in_flight(d: DevProcess) -> float:
@@ -118,7 +69,7 @@ def held_cluster() -> Iterator[tuple[DevProcess, Held]]:
             os.environ["TRELLIS_REQUEST_TIMEOUT"] = old
     try:
         wait_node_ready(d)  # the scheduler is up: the held queries must not meet a 503
-        with Held(d.scheduler) as held:
+        with Held(d.scheduler, HELD) as held:
             deadline = time.monotonic() + 60
             while in_flight(d) < HELD:
                 assert time.monotonic() < deadline, f"only {in_flight(d)} held"

@@ -7,17 +7,23 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import nomad
 import pytest
 import requests
 
+from shared.localnet import free_port
+from tests.job_helpers import node_data_dir, task_python
 from tests.procs import ROOT, DevProcess, start_dev, until, wait_node_ready
 
 pytestmark = pytest.mark.e2e
@@ -25,7 +31,9 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def d() -> Iterator[DevProcess]:
-    proc = start_dev()
+    # Task tokens renewed every 2 s instead of every minute, for the renewal to be seen.
+    with mock.patch.dict(os.environ, {"TRELLIS_SCHEDULER_TASK_TOKEN_RENEW": "2"}):
+        proc = start_dev()
     try:
         wait_node_ready(proc)
         yield proc
@@ -47,7 +55,7 @@ def task(name: str, script: str, **extra: Any) -> dict[str, Any]:
     return {
         "Name": name,
         "Driver": "raw_exec",
-        "Config": {"command": sys.executable, "args": ["-c", script]},
+        "Config": {"command": task_python(), "args": ["-c", script]},
         "Resources": {"CPU": 50, "MemoryMB": 32},
         **extra,
     }
@@ -143,7 +151,72 @@ def test_logs_read_followed_and_files(d: DevProcess, n: nomad.Nomad) -> None:
         assert r.status_code in (400, 403), (bad, r.status_code)
     r = http(d, "GET", f"/v1/client/fs/logs/{alloc['ID']}", params={"task": "w", "type": "x"})
     assert r.status_code == 400
+    for bad_query in ({"offset": str(2**63)}, {"offset": "1" * 5000}):
+        query = {"task": "w", "type": "stdout", **bad_query}
+        r = http(d, "GET", url[len(d.scheduler) :], params=query)
+        assert r.status_code == 400, r.text
+    big = f"{'9' * 19}:0"  # a followed read's position, sent back by the gateway: checked too
+    for position in ("x", "1:", big, "-1:0"):
+        resume = {**headers, "X-Sched-Log-Resume": position}
+        r = requests.get(url, params={**params, "follow": "false"}, headers=resume, timeout=60)
+        assert r.status_code == 400, (position, r.status_code)
+    http_readat = {"path": "alloc/logs/w.stdout.0", "offset": str(2**63), "limit": "1"}
+    r = http(d, "GET", f"/v1/client/fs/readat/{alloc['ID']}", params=http_readat)
+    assert r.status_code == 400
     assert http(d, "GET", "/v1/client/fs/ls/nope", params={"path": "/"}).status_code == 404
+
+
+MIB = 1024 * 1024
+ROTATED_LINES = 440_000  # 8 bytes each: 3.36 MiB, four 1 MiB files of which two are kept
+ROTATING = f"""
+import signal, sys, time
+signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGUSR1}})
+print("ready", flush=True)
+signal.sigwait({{signal.SIGUSR1}})  # the test is following by then
+for i in range({ROTATED_LINES}):
+    sys.stdout.write(f"{{i:07d}}\\n")
+    if i % 8192 == 8191:
+        sys.stdout.flush()
+        time.sleep(0.06)
+sys.stdout.flush()
+"""
+
+
+def test_log_rotation_while_followed(d: DevProcess, n: nomad.Nomad) -> None:
+    logs = {"MaxFiles": 2, "MaxFileSizeMB": 1}
+    n.jobs.register_job({"Job": job("rotating", [task("w", ROTATING, LogConfig=logs)])})
+    [alloc] = running(n, "rotating")
+    expected = b"ready\n" + b"".join(b"%07d\n" % i for i in range(ROTATED_LINES))
+    url = f"{d.scheduler}/v1/client/fs/logs/{alloc['ID']}"
+    params = {"task": "w", "type": "stdout", "follow": "true", "plain": "true"}
+    headers = {"X-Nomad-Token": d.root_token}
+    # Followed from the first byte while the task writes and its files rotate under the
+    # reader: one contiguous stream, nothing skipped when the oldest file is deleted.
+    with requests.get(url, params=params, headers=headers, stream=True, timeout=120) as r:
+        assert r.status_code == 200
+        chunks = r.iter_content(chunk_size=None)
+        got = b""
+        while b"ready\n" not in got:
+            got += next(chunks)
+        n.client.allocation.signal_allocation(alloc["ID"], "SIGUSR1", task="w")
+        got += b"".join(chunks)
+    assert len(got) == len(expected) and got == expected
+    # Only the newest max_files are kept, each full one max_file_size, 0600.
+    listing = {f["Name"]: f for f in n.client.ls.list_files(alloc["ID"], "alloc/logs")}
+    kept = sorted(name for name in listing if name.startswith("w.stdout."))
+    assert kept == ["w.stdout.2", "w.stdout.3"]
+    assert listing["w.stdout.2"]["Size"] == MIB
+    assert {listing[k]["FileMode"] for k in kept} == {"-rw-------"}
+    # A read from the start begins at the oldest kept byte and crosses into the newest file.
+    whole = n.client.stream_logs.stream(alloc["ID"], "w", "stdout", plain=True)
+    assert whole.encode() == expected[2 * MIB :]
+    framed = http(d, "GET", url[len(d.scheduler) :], params={"task": "w", "type": "stdout"})
+    files = [json.loads(f)["File"] for f in framed.text.replace("}{", "}\n{").splitlines()]
+    assert files[0] == "alloc/logs/w.stdout.2" and files[-1] == "alloc/logs/w.stdout.3"
+    tail = n.client.stream_logs.stream(
+        alloc["ID"], "w", "stdout", origin="end", offset=16, plain=True
+    )
+    assert tail.encode() == expected[-16:]
 
 
 def test_plan_scale_and_revert(d: DevProcess, n: nomad.Nomad) -> None:
@@ -165,6 +238,15 @@ def test_plan_scale_and_revert(d: DevProcess, n: nomad.Nomad) -> None:
     assert (count["Old"], count["New"], count["Annotations"]) == ("1", "3", ["forces create"])
     assert group["Tasks"][0]["Annotations"] == ["forces create/destroy update"]
     assert plan["Diff"]["Type"] == "Edited"
+    # A group no node can hold: the placements that would fail, with why; nothing written.
+    huge = json.loads(json.dumps(spec))
+    huge["ID"] = huge["Name"] = "web-huge"
+    huge["TaskGroups"][0]["Tasks"][0]["Resources"]["MemoryMB"] = 10**8
+    failed = n.job.plan_job("web-huge", {"Job": huge}, diff=True)
+    metric = failed["FailedTGAllocs"]["g"]
+    assert metric["NodesEvaluated"] >= 1 and metric["DimensionExhausted"], metric
+    assert failed["Diff"]["Type"] == "Added"
+    assert http(d, "GET", "/v1/job/web-huge").status_code == 404
     # Scale up, then down, with messages in the scaling events.
     up = n.job.request(
         "web",
@@ -341,14 +423,29 @@ def _client_env(d: DevProcess) -> dict[str, str]:
     raise AssertionError("the dev client agent was not found")
 
 
-def test_drain_moves_allocation(d: DevProcess, n: nomad.Nomad, tmp_path: Path) -> None:
-    n.jobs.register_job({"Job": job("drained", [task("t", SLEEPER)], kind="service")})
-    [alloc] = running(n, "drained")
-    first_node = alloc["NodeID"]
-    env = {**_client_env(d), "TRELLIS_DATA_DIR": str(tmp_path / "client2")}
+def started_ns(alloc: dict[str, Any]) -> int:
+    stamp = alloc["TaskStates"]["t"]["StartedAt"].replace("Z", "+00:00")
+    return int(datetime.fromisoformat(stamp).timestamp() * 1e9)
+
+
+def test_drain_moves_allocations_honouring_migrate(
+    d: DevProcess, n: nomad.Nomad, tmp_path: Path
+) -> None:
+    spec = job("drained", [task("t", SLEEPER)], kind="service", count=2)
+    spec["TaskGroups"][0]["Migrate"] = {"MaxParallel": 1, "MinHealthyTime": 0}
+    n.jobs.register_job({"Job": spec})
+    old = running(n, "drained", 2)
+    first_node = old[0]["NodeID"]
+    n.jobs.register_job({"Job": job("drain-sys", [task("t", SLEEPER)], kind="system")})
+    [system_alloc] = running(n, "drain-sys")
+    node_dir = node_data_dir()  # its tasks run as nobody: not under pytest's private tmp
+    env = {**_client_env(d), "TRELLIS_DATA_DIR": node_dir}
     log = open(tmp_path / "client2.log", "wb")  # noqa: SIM115
     second = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "run", "client", "--datacenter", "dc1"],
+        [
+            *(sys.executable, "-m", "services.cli", "run", "client", "--datacenter", "dc1"),
+            *("--health-addr", f"127.0.0.1:{free_port()}"),  # not the default 9100: shared host
+        ],
         cwd=ROOT,
         env=env,
         stdout=log,
@@ -363,12 +460,28 @@ def test_drain_moves_allocation(d: DevProcess, n: nomad.Nomad, tmp_path: Path) -
 
         def moved() -> Any:
             live = [a for a in allocs_of(n, "drained") if a["ClientStatus"] == "running"]
-            return live if live and live[0]["NodeID"] != first_node else None
+            return (
+                live if len(live) == 2 and first_node not in {a["NodeID"] for a in live} else None
+            )
 
-        [new] = until(moved, what="the allocation on the second node")
-        assert new["Name"] == alloc["Name"]
+        new = until(moved, what="both allocations on the second node")
+        assert sorted(a["Name"] for a in new) == sorted(a["Name"] for a in old)
+        # migrate { max_parallel = 1 }: the second replacement was placed only once the first
+        # one ran (all at once, both would be placed before either started).
+        moved_first, moved_second = sorted(
+            (n.allocation.get_allocation(a["ID"]) for a in new), key=lambda a: a["CreateTime"]
+        )
+        assert moved_second["CreateTime"] >= started_ns(moved_first)
+        assert {a["PreviousAllocation"] for a in new} == {a["ID"] for a in old}
         until(lambda: not n.node.get_node(first_node)["DrainStrategy"], what="drain complete")
         assert n.node.get_node(first_node)["LastDrain"]["Status"] == "complete"
+        # System jobs' allocations are not moved: stopped on the drained node (IgnoreSystemJobs
+        # not set), before the drain completes.
+        assert n.allocation.get_allocation(system_alloc["ID"])["DesiredStatus"] == "stop"
+        assert system_alloc["ID"] not in {
+            a.get("PreviousAllocation") for a in allocs_of(n, "drain-sys")
+        }
+        n.job.deregister_job("drain-sys")
         n.node.eligible_node(first_node, eligible=True)
         assert n.node.get_node(first_node)["SchedulingEligibility"] == "eligible"
     finally:
@@ -379,6 +492,7 @@ def test_drain_moves_allocation(d: DevProcess, n: nomad.Nomad, tmp_path: Path) -
             second.kill()
             second.wait()
         log.close()
+        shutil.rmtree(node_dir, ignore_errors=True)
 
 
 SHOW_SECRET = """
@@ -433,6 +547,17 @@ def test_event_stream_streams_through_the_gateway(d: DevProcess, n: nomad.Nomad)
     assert bad.status_code == 400
 
 
+SIGNALLED = """
+import signal, time
+def show(*_):
+    print("pw=" + open("local/pw.txt").read(), flush=True)
+signal.signal(signal.SIGUSR1, show)
+show()
+while True:
+    time.sleep(0.05)
+"""
+
+
 def secrets_api(d: DevProcess, method: str, path: str, body: Any = None, token: str = "") -> Any:
     r = requests.request(
         method,
@@ -464,11 +589,19 @@ def test_template_renders_a_kv_secret_and_follows_changes(d: DevProcess, n: noma
             }
         ],
     )
-    n.jobs.register_job({"Job": job("secretive", [t], kind="service")})
+    pw_tpl = '{{ with secret "secret/data/app" }}{{ .Data.data.password }}{{ end }}'
+
+    def rendering(name: str, mode: str, **extra: Any) -> dict[str, Any]:
+        file = {"EmbeddedTmpl": pw_tpl, "DestPath": "local/pw.txt", "ChangeMode": mode, **extra}
+        return task(name, SIGNALLED, Vault={"Policies": ["app-read"]}, Templates=[file])
+
+    signalled = rendering("sig", "signal", ChangeSignal="SIGUSR1")
+    quiet = rendering("quiet", "noop")
+    n.jobs.register_job({"Job": job("secretive", [t, signalled, quiet], kind="service")})
     [alloc] = running(n, "secretive")
 
-    def out() -> str:
-        return n.client.stream_logs.stream(alloc["ID"], "app", "stdout", plain=True)
+    def out(name: str = "app") -> str:
+        return n.client.stream_logs.stream(alloc["ID"], name, "stdout", plain=True)
 
     until(lambda: "PASSWORD=first-pw" in out(), what="the secret in the task's environment")
     # The task's token (env and secrets/vault_token): its policies only, never root.
@@ -478,9 +611,29 @@ def test_template_renders_a_kv_secret_and_follows_changes(d: DevProcess, n: noma
     assert token and token != d.root_token
     r = http(d, "GET", f"/v1/client/fs/cat/{alloc['ID']}", params={"path": "app/secrets/app.env"})
     assert r.status_code == 403 and "first-pw" not in r.text  # the secrets dir is never served
+
+    # Renewed while the allocation runs: the token's expiry moves on.
+    def expiry() -> datetime:
+        r = secrets_api(d, "POST", "/v1/auth/token/lookup", {"token": token})
+        return datetime.fromisoformat(r.json()["data"]["expire_time"])
+
+    first_expiry = expiry()
+    until(lambda: expiry() > first_expiry, what="the task token renewed")
+    until(lambda: out("sig") == out("quiet") == "pw=first-pw\n", what="the other templates")
     # The secret changes: the template renders again and the task restarts with it.
     assert secrets_api(d, "POST", "/v1/secret/data/app", {"data": {"password": "second-pw"}}).ok
     until(lambda: "PASSWORD=second-pw" in out(), what="the new secret after a restart")
+    # change_mode signal: the task gets SIGUSR1 and reads the new rendering, not restarted.
+    until(lambda: out("sig") == "pw=first-pw\npw=second-pw\n", what="the task signalled")
+    # change_mode noop: the file is rendered again, the task left alone.
+    until(
+        lambda: n.client.cat.read_file(alloc["ID"], "quiet/local/pw.txt") == "second-pw",
+        what="the noop template rendered again",
+    )
+    assert out("quiet") == "pw=first-pw\n"
+    states = n.allocation.get_allocation(alloc["ID"])["TaskStates"]
+    restarts = {name: state["Restarts"] for name, state in states.items()}
+    assert restarts == {"app": 1, "sig": 0, "quiet": 0}
     # Never in the job, the allocation or its evaluation as the API shows them.
     views = [
         http(d, "GET", "/v1/job/secretive").text,
@@ -489,6 +642,16 @@ def test_template_renders_a_kv_secret_and_follows_changes(d: DevProcess, n: noma
     ]
     for v in views:
         assert "first-pw" not in v and "second-pw" not in v and token not in v
+    # Nor in any service's log or the stored state (JetStream's files): only in the task's
+    # own directory, where the template put it.
+    banner = next(line for line in d.output if line.startswith("Trellis is running"))
+    data_dir = Path(re.search(r"data in (.+?), logs in", banner).group(1))  # type: ignore[union-attr]
+    assert (data_dir / "logs" / "scheduler.log").is_file() and (data_dir / "jetstream").is_dir()
+    for path in data_dir.rglob("*"):
+        if path.is_file() and "alloc" not in path.relative_to(data_dir).parts:
+            held = path.read_bytes()
+            for secret in (b"first-pw", b"second-pw", token.encode()):
+                assert secret not in held, (secret, path)
     # Stopping the allocation's job revokes its token.
     n.job.deregister_job("secretive")
     until(

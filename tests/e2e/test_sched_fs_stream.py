@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ import nomad
 import pytest
 import requests
 
+from tests.job_helpers import task_python
 from tests.procs import DevProcess, start_dev, until
 
 pytestmark = pytest.mark.e2e
@@ -42,7 +42,7 @@ def alloc_id(d: DevProcess) -> str:
     task = {
         "Name": "t",
         "Driver": "raw_exec",
-        "Config": {"command": sys.executable, "args": ["-c", SLEEPER]},
+        "Config": {"command": task_python(), "args": ["-c", SLEEPER]},
         "Resources": {"CPU": 50, "MemoryMB": 32},
     }
     group = {"Name": "g", "Count": 1, "Tasks": [task]}
@@ -180,6 +180,7 @@ def test_python_nomad_stream_file(d: DevProcess, alloc_id: str) -> None:
         ({}, 400),  # no path
         ({"path": REL, "origin": "middle"}, 400),
         ({"path": REL, "offset": "-1"}, 400),
+        ({"path": REL, "offset": str(2**63), "follow": "false"}, 400),  # beyond int64
         ({"path": REL, "follow": "maybe"}, 400),
         ({"path": "../../etc/passwd"}, 400),
         ({"path": "alloc/../../x"}, 400),

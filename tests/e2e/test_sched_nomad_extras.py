@@ -6,7 +6,6 @@ and /v1/metrics in both formats."""
 from __future__ import annotations
 
 import re
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import nomad.api.exceptions as nexc
 import pytest
 import requests
 
+from tests.job_helpers import task_python
 from tests.procs import DevProcess, until, wait_node_ready
 
 pytestmark = pytest.mark.e2e
@@ -56,7 +56,7 @@ def service_job(job_id: str, **group: Any) -> dict[str, Any]:
                     {
                         "Name": "t",
                         "Driver": "raw_exec",
-                        "Config": {"command": sys.executable, "args": ["-c", SLEEPER]},
+                        "Config": {"command": task_python(), "args": ["-c", SLEEPER]},
                         "Resources": {"CPU": 50, "MemoryMB": 64},
                     }
                 ],
@@ -201,7 +201,7 @@ def batch_with_template(job_id: str, tmpl: str, script: str) -> dict[str, Any]:
                     {
                         "Name": "t",
                         "Driver": "raw_exec",
-                        "Config": {"command": sys.executable, "args": ["-c", script]},
+                        "Config": {"command": task_python(), "args": ["-c", script]},
                         "Resources": {"CPU": 50, "MemoryMB": 32},
                         "Templates": [
                             {"EmbeddedTmpl": tmpl, "DestPath": "local/out.txt"},

@@ -3,6 +3,7 @@ runs one service with its health endpoints."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -13,13 +14,18 @@ import requests
 
 from services.dev_launch import stop_process
 from tests.conftest import free_port
-from tests.procs import ROOT, server_config, start_server, wait_http
+from tests.integration.test_gateway_tls import self_signed
+from tests.procs import ROOT, server_config, start_server, until, wait_http
 
 pytestmark = pytest.mark.e2e
 
 
 def test_server_from_config_file(nats_url: str, tmp_path: Path) -> None:
     cfg, ports = server_config(nats_url, tmp_path)
+    # A certificate and key for one listener only: it serves HTTPS, the others plain HTTP.
+    cert, key = self_signed(tmp_path)
+    with cfg.open("a") as f:
+        f.write(f"workspace_tls:\n  cert_file: {cert}\n  key_file: {key}\n")
     proc = start_server(cfg)
     try:
         base = f"http://127.0.0.1:{ports[0]}"
@@ -31,7 +37,18 @@ def test_server_from_config_file(nats_url: str, tmp_path: Path) -> None:
         r = requests.post(base + "/v1/sys/unseal", json={"key": r.json()["keys"][0]}, timeout=30)
         assert r.json()["sealed"] is False
         assert requests.get(base + "/readyz", timeout=5).status_code == 200
-        wait_http(f"http://127.0.0.1:{ports[1]}/api/v2/ping", ok=(200, 204))
+        workspace = f"https://localhost:{ports[1]}/api/v2/ping"
+
+        def ping() -> bool:
+            with contextlib.suppress(requests.RequestException):
+                return requests.get(workspace, verify=str(cert), timeout=5).status_code == 204
+            return False
+
+        until(ping, what="the workspace API over HTTPS with the configured certificate")
+        with pytest.raises(requests.exceptions.SSLError):
+            requests.get(workspace, timeout=30)  # not a certificate the system trusts
+        with pytest.raises(requests.RequestException):
+            requests.get(f"http://127.0.0.1:{ports[1]}/api/v2/ping", timeout=30)
     finally:
         assert stop_process(proc, signal.SIGINT, 40) == 0
 

@@ -7,6 +7,10 @@ state consumers list. Configurations hold outputs only: nothing is downloaded.""
 
 from __future__ import annotations
 
+import io
+import os
+import pwd
+import tarfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +20,7 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 
-from tests.procs import DevProcess
+from tests.procs import DevProcess, until
 from tests.terraform_helpers import (
     Api,
     Tf,
@@ -35,6 +39,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def trellis() -> Iterator[DevProcess]:
     with tls_dev() as d:
+        create_org(Api(d), d.root_token)
         yield d
 
 
@@ -90,7 +95,6 @@ def test_remote_runs_on_the_scheduler(trellis: DevProcess, tmp_path: Path) -> No
     api = Api(trellis)
     admin = trellis.root_token
     host = f"localhost:{urlsplit(trellis.workspace).port}"
-    create_org(api, admin)
     app = workspace(api, admin, "app")
     ops, ops_token = team_with_token(api, admin, "ops")
     grant(api, admin, ops, app, "write")
@@ -198,9 +202,143 @@ def test_remote_runs_on_the_scheduler(trellis: DevProcess, tmp_path: Path) -> No
     ok = ctf.run("apply", "-auto-approve", "-input=false", "-no-color")
     assert 'vpc = "vpc-42"' in ok.stdout, ok.stdout
     assert runs_of(api, ops_token, consumer)[0]["attributes"]["status"] == "applied"
+    # Off the list again, C reads R through R's global-remote-state (a plan that reads it; no
+    # changes, so the run ends planned_and_finished).
+    api.ok(
+        "DELETE",
+        f"/workspaces/{net}/relationships/remote-state-consumers",
+        admin,
+        {"data": [{"type": "workspaces", "id": consumer}]},
+        204,
+    )
+    api.ok(
+        "PATCH",
+        f"/workspaces/{net}",
+        admin,
+        {"data": {"type": "workspaces", "attributes": {"global-remote-state": True}}},
+    )
+    must(ctf.run("apply", "-auto-approve", "-input=false", "-no-color", check=False))
+    assert runs_of(api, ops_token, consumer)[0]["attributes"]["status"] == "planned_and_finished"
+
+    # `terraform destroy` (admin access queues destroy plans): a destroy run, applied from its
+    # saved destroy plan.
+    dtf = Tf(tmp_path, "app-destroy", host, admin, trellis.ca_file)
+    dtf.write("app", APP)
+    dtf.run("init", "-input=false", "-no-color")
+    gone = must(dtf.run("destroy", "-auto-approve", "-input=false", "-no-color", check=False))
+    # Terraform prints a saved plan's summary as "Apply complete!", destroy plans included.
+    assert "Apply complete!" in gone.stdout and '"hello-trellis" -> null' in gone.stdout, (
+        gone.stdout
+    )
+    destroyed = runs_of(api, ops_token, app)[0]["attributes"]
+    assert destroyed["is-destroy"] is True and destroyed["status"] == "applied", destroyed
+    left = api.ok("GET", f"/workspaces/{app}/current-state-version-outputs", ops_token)["data"]
+    assert left == []
 
     # Nothing under the data dir holds the sensitive value in clear.
     assert_not_in_data_dir(trellis, marker)
+
+
+def targz(name: str, body: str) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        info = tarfile.TarInfo(name)
+        info.size = len(body.encode())
+        tar.addfile(info, io.BytesIO(body.encode()))
+    return buf.getvalue()
+
+
+def test_apply_applies_the_confirmed_plan(trellis: DevProcess) -> None:
+    """A run confirmed through the API applies the plan its plan job saved, not a new one: a
+    variable changed between the plan and the confirmation does not reach the apply. The saved
+    plan holds the sensitive value and is sealed at rest."""
+    api = Api(trellis)
+    admin = trellis.root_token
+    ws = workspace(api, admin, "confirmed")
+    marker = f"pw-{uuid.uuid4().hex}"
+    var = api.ok(
+        "POST",
+        f"/workspaces/{ws}/vars",
+        admin,
+        {
+            "data": {
+                "type": "vars",
+                "attributes": {"key": "size", "value": "planned-value", "category": "terraform"},
+            }
+        },
+        201,
+    )["data"]["id"]
+    variable(api, admin, ws, "pw", marker, sensitive=True)
+    cv = api.ok(
+        "POST",
+        f"/workspaces/{ws}/configuration-versions",
+        admin,
+        {"data": {"type": "configuration-versions", "attributes": {"auto-queue-runs": False}}},
+        201,
+    )["data"]
+    body = (
+        'variable "size" {}\nvariable "pw" {\n  sensitive = true\n}\n'
+        'output "size" {\n  value = var.size\n}\n'
+        'output "pw_length" {\n  value = nonsensitive(length(var.pw))\n}\n'
+        # Who terraform runs as (its local-exec would too), and whether it can read the keys.
+        'output "uid" {\n  value = regex("Uid:[[:space:]]+([0-9]+)", '
+        'file("/proc/self/status"))[0]\n}\n'
+        f'output "keys_readable" {{\n  value = can(file("{trellis.data_dir}/dev-keys.json"))\n}}\n'
+    )
+    up = requests.put(
+        cv["attributes"]["upload-url"],
+        data=targz("main.tf", body),
+        verify=trellis.ca_file,
+        timeout=30,
+    )
+    assert up.status_code == 200, up.text
+    run = api.ok(
+        "POST",
+        "/runs",
+        admin,
+        {
+            "data": {
+                "type": "runs",
+                "relationships": {
+                    "workspace": {"data": {"type": "workspaces", "id": ws}},
+                    "configuration-version": {
+                        "data": {"type": "configuration-versions", "id": cv["id"]}
+                    },
+                },
+            }
+        },
+        201,
+    )["data"]
+
+    def status_is(*want: str) -> dict[str, Any] | None:
+        doc = api.ok("GET", f"/runs/{run['id']}", admin)["data"]
+        return doc if doc["attributes"]["status"] in want else None
+
+    planned = until(lambda: status_is("planned", "errored"), 120, "the plan to finish")
+    assert planned["attributes"]["status"] == "planned", planned["attributes"]
+    assert_not_in_data_dir(trellis, marker)  # the saved plan holds it, sealed
+    api.ok(
+        "PATCH",
+        f"/workspaces/{ws}/vars/{var}",
+        admin,
+        {"data": {"type": "vars", "id": var, "attributes": {"value": "changed-later"}}},
+    )
+    api.ok("POST", f"/runs/{run['id']}/actions/apply", admin, None, 202)
+    done = until(lambda: status_is("applied", "errored"), 120, "the apply to finish")
+    assert done["attributes"]["status"] == "applied", done["attributes"]
+    outputs = api.ok("GET", f"/workspaces/{ws}/current-state-version-outputs", admin)["data"]
+    values = {o["attributes"]["name"]: o["attributes"]["value"] for o in outputs}
+    # A root client agent runs the run as its task user, who cannot read the dev keys.
+    root = os.geteuid() == 0
+    uid = pwd.getpwnam("nobody").pw_uid if root else os.geteuid()
+    assert values.pop("uid") == str(uid) and values.pop("keys_readable") is not root
+    assert values == {"size": "planned-value", "pw_length": len(marker)}
+    apply_id = done["relationships"]["apply"]["data"]["id"]
+    url = api.ok("GET", f"/applies/{apply_id}", admin)["data"]["attributes"]["log-read-url"]
+    log = requests.get(url, verify=trellis.ca_file, timeout=10).content
+    # The apply's log is the apply of the saved plan: no second plan in it.
+    assert b"Apply complete!" in log and b"Changes to Outputs" not in log, log
+    assert marker.encode() not in log
 
 
 def test_remote_run_with_scheduler_acls(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ with it. Nothing is downloaded: configurations hold outputs only."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import uuid
 from collections.abc import Iterator
@@ -15,8 +16,9 @@ from urllib.parse import urlsplit
 
 import pytest
 import requests
+from cryptography import x509
 
-from tests.procs import DevProcess
+from tests.procs import DevProcess, until
 from tests.terraform_helpers import (
     ORG,
     Api,
@@ -24,6 +26,7 @@ from tests.terraform_helpers import (
     assert_not_in_data_dir,
     create_org,
     grant,
+    readme_backend,
     remote_state_config,
     team_with_token,
     tls_dev,
@@ -50,7 +53,12 @@ def test_terraform_keeps_state_in_trellis(trellis: DevProcess, tmp_path: Path) -
     assert tls_files == ["ca.pem", "server-key.pem", "server.pem"]
     for p in Path(trellis.ca_file).parent.iterdir():
         assert p.stat().st_mode & 0o777 == 0o600, p
+    # Every listener answers over HTTPS with the dev CA.
     assert requests.get(f"{trellis.secrets}/v1/sys/health", verify=trellis.ca_file).ok
+    leader = f"{trellis.scheduler}/v1/status/leader"
+    # The banner comes before the scheduler service answers: wait for it, not for TLS.
+    until(lambda: requests.get(leader, verify=trellis.ca_file, timeout=30).ok, what=leader)
+    assert_dev_certificate(trellis)
     create_org(api, admin)
     ws = {name: workspace(api, admin, name, "local") for name in ("network", "app")}
     ops, ops_token = team_with_token(api, admin, "ops")
@@ -86,6 +94,17 @@ def test_terraform_keeps_state_in_trellis(trellis: DevProcess, tmp_path: Path) -
     pulled = json.loads(net.run("state", "pull").stdout)
     assert pulled["serial"] == second["data"]["attributes"]["serial"]
     assert pulled["outputs"]["vpc_id"]["value"] == "vpc-2"
+    # The hosted download URL: absolute, and only for callers that may read the state.
+    url = second["data"]["attributes"]["hosted-state-download-url"]
+    assert url == f"{trellis.workspace}/api/v2/state-versions/{second['data']['id']}/download"
+
+    def fetch(token: str | None) -> requests.Response:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return requests.get(url, headers=headers, verify=trellis.ca_file, timeout=30)
+
+    assert fetch(ops_token).json() == pulled
+    assert fetch(apps_token).status_code == 404
+    assert fetch(None).status_code == 401
     # Terraform locked and unlocked around each write: nothing is left locked.
     doc = api.ok("GET", f"/workspaces/{ws['network']}", ops_token)
     assert doc["data"]["attributes"]["locked"] is False
@@ -112,7 +131,7 @@ def test_terraform_keeps_state_in_trellis(trellis: DevProcess, tmp_path: Path) -
         201,
     )["data"]["attributes"]["token"]
     boss = Tf(tmp_path, "boss", host, owner_token, trellis.ca_file)
-    boss.write("network", "")
+    (boss.dir / "main.tf").write_text(readme_backend(host, "network"))
     boss.run("init", "-input=false", "-no-color")
     boss.run("force-unlock", "-force", f"{ORG}/network")
     doc = api.ok("GET", f"/workspaces/{ws['network']}", ops_token)
@@ -135,3 +154,33 @@ def test_terraform_keeps_state_in_trellis(trellis: DevProcess, tmp_path: Path) -
     # States hold secrets: nothing under the data dir (JetStream files included) has the
     # sensitive output in clear.
     assert_not_in_data_dir(trellis, marker)
+
+
+def assert_dev_certificate(d: DevProcess) -> None:
+    """The CA is the root of Trellis's own PKI mount (its public CA endpoint serves the same
+    certificate), and the server certificate it signed names localhost, 127.0.0.1 and ::1."""
+    ca_pem = Path(d.ca_file).read_bytes()
+    served = requests.get(f"{d.secrets}/v1/trellis-dev-pki/ca/pem", verify=d.ca_file, timeout=30)
+    assert served.status_code == 200
+    ca = x509.load_pem_x509_certificate(ca_pem)
+    assert x509.load_pem_x509_certificate(served.content) == ca
+    server = x509.load_pem_x509_certificates((Path(d.ca_file).parent / "server.pem").read_bytes())
+    server[0].verify_directly_issued_by(ca)
+    names = server[0].extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.DNSName) == ["localhost"]
+    assert set(names.get_values_for_type(x509.IPAddress)) == {
+        ipaddress.ip_address("127.0.0.1"),
+        ipaddress.ip_address("::1"),
+    }
+    # Clients reach it by name as well as by address.
+    port = urlsplit(d.workspace).port
+    assert requests.get(f"https://localhost:{port}/api/v2/ping", verify=d.ca_file).ok
+
+
+def test_plain_http_stays_the_default(trellis_dev: DevProcess) -> None:
+    """Without --tls: plain HTTP on every listener, no CA line, no certificates written."""
+    d = trellis_dev
+    assert all(u.startswith("http://") for u in (d.secrets, d.workspace, d.scheduler))
+    assert not any(line.startswith("CA certificate:") for line in d.output)
+    assert not (Path(d.data_dir) / "tls").exists()
+    assert requests.get(f"{d.workspace}/api/v2/ping", timeout=30).status_code == 204

@@ -1,8 +1,9 @@
-"""The web console in a real headless Chromium against `trellis dev`: log in, a KV secret at its
-URL (masked, then revealed), a workspace in its org's list, a running job's allocation, and an
-allocation reaching `running` while the page is open, with no reload, no browser console error
-and no request to another host. Screenshots are kept under tests/artifacts/console/ (and, with
-TRELLIS_UPDATE_DOCS=1, copied to docs/console-*.png)."""
+"""The web console in a real headless Chromium against `trellis dev` (scheduler ACLs on): log in,
+a KV secret at its URL (masked, then revealed), a workspace in its org's list, a running job's
+allocation, and an allocation reaching `running` (or `failed`) while the page is open, with no
+reload, no browser console error and no request to another host; then every page the console
+has, checked against what the API itself answers. Screenshots are kept under
+tests/artifacts/console/ (and, with TRELLIS_UPDATE_DOCS=1, copied to docs/console-*.png)."""
 
 from __future__ import annotations
 
@@ -42,7 +43,9 @@ if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
         raise RuntimeError("chromium and chromium-driver are required (test.sh installs them)")
     pytest.skip("Debian's chromium and chromium-driver are not installed", allow_module_level=True)
 
+from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 
@@ -57,6 +60,7 @@ class Seeded:
         self.token = token
         self.vault = {"X-Vault-Token": token, "X-Svc-Request": "true"}
         self.tfe = {"Authorization": f"Bearer {token}", "Content-Type": "application/vnd.api+json"}
+        self.nomad = {"X-Nomad-Token": token}
 
     def secrets(self, method: str, path: str, **kw: Any) -> requests.Response:
         return requests.request(method, self.d.secrets + path, headers=self.vault, timeout=15, **kw)
@@ -64,15 +68,20 @@ class Seeded:
     def workspace(self, method: str, path: str, **kw: Any) -> requests.Response:
         return requests.request(method, self.d.workspace + path, headers=self.tfe, timeout=15, **kw)
 
+    def scheduler(self, method: str, path: str, **kw: Any) -> requests.Response:
+        url = self.d.scheduler + path
+        return requests.request(method, url, headers=self.nomad, timeout=15, **kw)
+
     def job(self, job_id: str, count: int) -> None:
-        r = requests.post(self.d.scheduler + "/v1/jobs", json=_job(job_id, count), timeout=15)
+        r = self.scheduler("POST", "/v1/jobs", json=_job(job_id, count))
         assert r.status_code == 200, r.text
 
 
 @pytest.fixture(scope="module")
 def seeded() -> Iterator[Seeded]:
     token = "console-" + secrets.token_hex(8)
-    with dev("--root-token", token) as d:
+    # Scheduler ACLs on: each of the three APIs checks the console's token by its own rules.
+    with dev("--root-token", token, "--acl") as d:
         s = Seeded(d, token)
         r = s.secrets("POST", "/v1/sys/mounts/kv", json={"type": "kv", "options": {"version": "2"}})
         assert r.status_code in (200, 204), r.text
@@ -86,10 +95,7 @@ def seeded() -> Iterator[Seeded]:
             r = s.workspace("POST", f"/api/v2/organizations/{ORG}/workspaces", json=ws)
             assert r.status_code == 201, r.text
         until(
-            lambda: any(
-                n["Status"] == "ready"
-                for n in requests.get(d.scheduler + "/v1/nodes", timeout=10).json()
-            ),
+            lambda: any(n["Status"] == "ready" for n in s.scheduler("GET", "/v1/nodes").json()),
             what="the dev client node is ready",
         )
         yield s
@@ -200,6 +206,25 @@ def test_kv_secret_at_its_url_masked_then_revealed(seeded: Seeded, logged_in: An
     WebDriverWait(b, 10).until(lambda d: value.text == SECRET_VALUE)
     assert "v2" in text_of(b) and "(current)" in text_of(b)
     shot(b, "secret-revealed")
+    # The metadata section shows what the API keeps about the secret.
+    meta = seeded.secrets("GET", "/v1/kv/metadata/app/db").json()["data"]
+    dl = b.find_element(By.CSS_SELECTOR, "dl[aria-label='Secret metadata']").text
+    assert f"Current version\n{meta['current_version']}" in dl, dl
+    assert f"Max versions\n{meta['max_versions']}" in dl, dl
+    # An older version, from the versions table: its own value, masked again until asked.
+    b.find_element(By.CSS_SELECTOR, "a[aria-label='View version 1']").click()
+    wait_text(b, "Data (version 1)")
+    assert b.current_url.endswith("/ui/secrets/kv/app/db?version=1")
+
+    def version_1_revealed(d: Any) -> bool:
+        # Until version 1's data arrives the page may still show version 2's (masked).
+        value = d.find_element(By.CSS_SELECTOR, "code[data-key=password]")
+        if "masked" in (value.get_attribute("class") or ""):
+            d.find_element(By.CSS_SELECTOR, "button[aria-label='Reveal password']").click()
+            return False
+        return bool(value.text == "first")
+
+    WebDriverWait(b, 30, poll_frequency=0.3).until(version_1_revealed)
     # The token travelled in a header, never in an address the browser fetched.
     names = b.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
     assert names and not any(seeded.token in n for n in names)
@@ -221,6 +246,96 @@ def test_workspace_in_its_orgs_list(seeded: Seeded, logged_in: Any) -> None:
     WebDriverWait(b, 20).until(lambda d: "scratch" not in text_of(d))
     assert WORKSPACE in text_of(b)
     assert foreign_requests(b, seeded.d.workspace) == []
+    assert console_errors(b) == []
+
+
+def _names_on_page(driver: Any) -> list[str]:
+    rows = driver.find_elements(By.CSS_SELECTOR, "table tbody tr td:first-child a")
+    return [r.text for r in rows]
+
+
+def test_workspace_list_pages_and_tags(seeded: Seeded, logged_in: Any) -> None:
+    """22 workspaces are two pages of 20; a tag's link narrows the list to that tag, as the
+    API's own search[tags] does."""
+    org = "console-pages-" + secrets.token_hex(3)
+    doc = {"data": {"type": "organizations", "attributes": {"name": org, "email": "p@x.test"}}}
+    assert seeded.workspace("POST", "/api/v2/organizations", json=doc).status_code == 201
+    for i in range(22):
+        attrs = {"name": f"svc-{i:02}", "tag-names": ["odd" if i % 2 else "even"]}
+        ws = {"data": {"type": "workspaces", "attributes": attrs}}
+        r = seeded.workspace("POST", f"/api/v2/organizations/{org}/workspaces", json=ws)
+        assert r.status_code == 201, r.text
+
+    def api_names(**params: str) -> list[str]:
+        r = seeded.workspace("GET", f"/api/v2/organizations/{org}/workspaces", params=params)
+        return [w["attributes"]["name"] for w in r.json()["data"]]
+
+    b = logged_in
+    b.get(seeded.d.workspace + f"/ui/workspaces/{org}")
+    wait_text(b, "Page 1 of 2 (22 workspaces)")
+    first = _names_on_page(b)
+    assert first == api_names(**{"page[number]": "1", "page[size]": "20"})
+    b.find_element(By.XPATH, "//button[text()='Next page']").click()
+    wait_text(b, "Page 2 of 2 (22 workspaces)")
+    WebDriverWait(b, 20).until(lambda d: len(_names_on_page(d)) == 2)
+    second = _names_on_page(b)
+    assert sorted(first + second) == [f"svc-{i:02}" for i in range(22)]
+    assert b.find_element(By.XPATH, "//button[text()='Next page']").get_attribute("disabled")
+    b.find_element(By.XPATH, "//button[text()='Previous page']").click()
+    wait_text(b, "Page 1 of 2 (22 workspaces)")
+    # A tag is a link to the list of workspaces carrying it.
+    b.find_element(By.CSS_SELECTOR, "a[aria-label='Workspaces tagged odd']").click()
+    wait_text(b, "Page 1 of 1 (11 workspaces)")
+    assert "tag=odd" in b.current_url
+    odd = _names_on_page(b)
+    assert sorted(odd) == sorted(api_names(**{"search[tags]": "odd"}))
+    assert sorted(odd) == [f"svc-{i:02}" for i in range(1, 22, 2)]
+    b.find_element(By.XPATH, "//a[text()='Show every tag']").click()
+    wait_text(b, "Page 1 of 2 (22 workspaces)")
+    assert foreign_requests(b, seeded.d.workspace) == []
+    assert console_errors(b) == []
+
+
+def test_workspace_detail_shows_consumers_and_variables(seeded: Seeded, logged_in: Any) -> None:
+    """What the API holds about a workspace shows on its page: the workspaces that may read its
+    state, and its variables, a sensitive one without its value."""
+    w = f"/api/v2/organizations/{ORG}/workspaces"
+    name = "shared-" + secrets.token_hex(3)
+    reader = "reader-" + secrets.token_hex(3)
+    ids = {}
+    for n in (name, reader):
+        attrs = {"name": n, "global-remote-state": False}
+        r = seeded.workspace("POST", w, json={"data": {"type": "workspaces", "attributes": attrs}})
+        assert r.status_code == 201, r.text
+        ids[n] = r.json()["data"]["id"]
+    rel = {"data": [{"type": "workspaces", "id": ids[reader]}]}
+    path = f"/api/v2/workspaces/{ids[name]}/relationships/remote-state-consumers"
+    assert seeded.workspace("POST", path, json=rel).status_code == 204
+    hidden = "pw-" + secrets.token_hex(6)
+    for key, value, sensitive in (("region", "eu-west-1", False), ("db_pass", hidden, True)):
+        attrs = {"key": key, "value": value, "category": "terraform", "sensitive": sensitive}
+        r = seeded.workspace(
+            "POST",
+            f"/api/v2/workspaces/{ids[name]}/vars",
+            json={"data": {"type": "vars", "attributes": attrs}},
+        )
+        assert r.status_code == 201, r.text
+    b = logged_in
+    b.get(seeded.d.workspace + f"/ui/workspaces/{ORG}/{name}")
+    consumers = WebDriverWait(b, 30).until(
+        lambda d: d.find_element(By.XPATH, "//table[caption='Workspaces that may read this state']")
+    )
+    assert reader in consumers.text
+    variables = b.find_element(By.XPATH, "//table[caption='Workspace variables']")
+    rows = [
+        [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+        for tr in variables.find_elements(By.CSS_SELECTOR, "tbody tr")
+    ]
+    assert sorted(rows) == [
+        ["db_pass", "terraform", "(sensitive)"],
+        ["region", "terraform", "eu-west-1"],
+    ]
+    assert hidden not in b.page_source
     assert console_errors(b) == []
 
 
@@ -249,6 +364,17 @@ def test_allocation_reaches_running_while_the_page_is_open(seeded: Seeded, logge
     alloc = b.find_element(By.CSS_SELECTOR, "li.alloc")
     alloc.find_element(By.TAG_NAME, "summary").click()
     WebDriverWait(b, 10).until(lambda d: "Started" in alloc.text)
+    # Its evaluations and deployments, as the API lists them (the page may trail it a moment).
+    for what, caption in (("evaluations", "Evaluations"), ("deployments", "Deployments")):
+        listed = seeded.scheduler("GET", f"/v1/job/{job_id}/{what}").json()
+        assert listed, f"the API lists no {what}"
+        table = f"//table[caption='{caption}']"
+        WebDriverWait(b, 20).until(
+            lambda d, listed=listed, table=table: all(
+                x["ID"][:8] in d.find_element(By.XPATH, table).text for x in listed
+            ),
+            message=f"the page does not list every one of the job's {what}",
+        )
     shot(b, "job")
     b.get(seeded.d.workspace + "/ui/jobs")
     wait_text(b, job_id)
@@ -257,6 +383,65 @@ def test_allocation_reaches_running_while_the_page_is_open(seeded: Seeded, logge
     wait_text(b, "dc1")
     shot(b, "nodes")
     assert foreign_requests(b, seeded.d.workspace) == []
+    assert console_errors(b) == []
+
+
+def _failing_job(job_id: str, count: int) -> dict[str, Any]:
+    task = raw_exec_task("main", "/bin/sh", "-c", "exit 3")
+    job = one_task_job(job_id, task, kind="batch", group="once", count=count)
+    # No restart, no reschedule: the first exit fails the allocation for good.
+    job["TaskGroups"][0]["RestartPolicy"] = {"Attempts": 0, "Mode": "fail"}
+    job["TaskGroups"][0]["ReschedulePolicy"] = {"Attempts": 0, "Unlimited": False}
+    return {"Job": job}
+
+
+def test_allocation_failing_shows_while_the_page_is_open(seeded: Seeded, logged_in: Any) -> None:
+    b = logged_in
+    job_id = "console-fail-" + secrets.token_hex(3)
+    assert seeded.scheduler("POST", "/v1/jobs", json=_failing_job(job_id, 0)).status_code == 200
+    b.get(seeded.d.workspace + f"/ui/jobs/{job_id}")
+    wait_text(b, "No allocations yet.")
+    b.execute_script("window.__stillHere = true")
+    assert seeded.scheduler("POST", "/v1/jobs", json=_failing_job(job_id, 1)).status_code == 200
+    WebDriverWait(b, 60, poll_frequency=0.3).until(
+        lambda d: any(
+            "failed" in el.text for el in d.find_elements(By.CSS_SELECTOR, "li.alloc .status")
+        ),
+        message="the allocation never showed as failed",
+    )
+    assert b.execute_script("return window.__stillHere === true")
+    alloc = b.find_element(By.CSS_SELECTOR, "li.alloc")
+    alloc.find_element(By.TAG_NAME, "summary").click()
+    WebDriverWait(b, 10).until(lambda d: "Terminated" in alloc.text)
+    assert "(failed)" in alloc.text
+    assert console_errors(b) == []
+
+
+def test_jobs_filter_box_uses_the_apis_expressions(seeded: Seeded, logged_in: Any) -> None:
+    """Typed into the filter box and sent with Enter: the list is what the API's filter gives."""
+    tag = secrets.token_hex(3)
+    ids = [f"console-filter-{tag}-a", f"console-filter-{tag}-b"]
+    for job_id in ids:
+        seeded.job(job_id, 0)
+    b = logged_in
+    b.get(seeded.d.workspace + "/ui/jobs")
+    wait_text(b, ids[1])
+    box = b.find_element(By.ID, "job-filter")
+    expr = f'ID == "{ids[0]}"'
+    box.send_keys(expr, Keys.ENTER)
+    WebDriverWait(b, 20).until(lambda d: ids[1] not in text_of(d), message="filter not applied")
+    assert _names_on_page(b) == [ids[0]]
+    api = seeded.scheduler("GET", "/v1/jobs", params={"filter": expr})
+    assert [j["ID"] for j in api.json()] == [ids[0]]
+    assert "filter=" in b.current_url
+    # A job registered while the filtered list is open and matching the filter shows up live.
+    box = b.find_element(By.ID, "job-filter")
+    box.clear()
+    box.send_keys(f'ID contains "{tag}"', Keys.ENTER)
+    WebDriverWait(b, 20).until(lambda d: sorted(_names_on_page(d)) == ids)
+    late = f"console-filter-{tag}-c"
+    seeded.job(late, 0)
+    WebDriverWait(b, 30).until(lambda d: late in _names_on_page(d), message="no live update")
     assert console_errors(b) == []
 
 
@@ -314,6 +499,11 @@ def test_policy_edit_shows_the_apis_validation_error(seeded: Seeded, logged_in: 
     r = seeded.secrets("GET", "/v1/sys/policies/acl/console-readers")
     assert "kv/data/*" in r.json()["data"]["policy"]
     shot(b, "policy")
+    # Read back from the list: the stored text, as the API keeps it.
+    b.get(seeded.d.workspace + "/ui/policies")
+    WebDriverWait(b, 20).until(lambda d: d.find_element(By.LINK_TEXT, "console-readers")).click()
+    area = WebDriverWait(b, 20).until(lambda d: d.find_element(By.ID, "policy-text"))
+    assert area.get_attribute("value") == r.json()["data"]["policy"]
     # The one error the browser reports is the refusal the page showed.
     errors = console_errors(b)
     assert [e["message"] for e in errors if "400" not in e["message"]] == []
@@ -387,6 +577,16 @@ def test_workspace_run_and_its_logs(seeded: Seeded, logged_in: Any) -> None:
     # show without a reload.
     wait_text(b, "hello from the console")
     wait_text(b, "State: unlocked")
+    # The state the run wrote is listed under its serial and id.
+    sv = seeded.workspace(
+        "GET",
+        "/api/v2/state-versions",
+        params={"filter[workspace][name]": "console-runs", "filter[organization][name]": ORG},
+    ).json()["data"]
+    assert sv, "the run wrote no state version"
+    states = b.find_element(By.XPATH, "//table[caption='State versions, newest first']").text
+    for version in sv:
+        assert version["id"] in states and str(version["attributes"]["serial"]) in states
     assert b.execute_script("return window.__stillHere === true")
     b.execute_script("document.querySelector('ul.runs').scrollIntoView()")
     shot(b, "workspace-run")
@@ -408,6 +608,21 @@ def test_pki_issuers_and_certificates(seeded: Seeded, logged_in: Any) -> None:
     shot(b, "pki")
     b.find_element(By.CSS_SELECTOR, "a[href*='/ui/secrets/pki/issuer/']").click()
     wait_text(b, "BEGIN CERTIFICATE")
+    # A certificate issued through a role is listed by serial; its page shows the API's PEM.
+    role = {"allowed_domains": ["console.test"], "allow_subdomains": True, "max_ttl": "1h"}
+    assert seeded.secrets("POST", "/v1/pki/roles/web", json=role).status_code in (200, 204)
+    r = seeded.secrets("POST", "/v1/pki/issue/web", json={"common_name": "app.console.test"})
+    assert r.status_code == 200, r.text
+    serial, pem = r.json()["data"]["serial_number"], r.json()["data"]["certificate"]
+    b.get(seeded.d.workspace + "/ui/secrets/pki/")
+    certs = f"//table[caption='Issued certificates']//a[.='{serial}']"
+    link = WebDriverWait(b, 30).until(lambda d: d.find_element(By.XPATH, certs))
+    link.click()
+    wait_text(b, f"Certificate {serial}")
+    shown = WebDriverWait(b, 30).until(
+        lambda d: d.find_element(By.CSS_SELECTOR, "pre[aria-label='PEM certificate']")
+    )
+    assert shown.text.strip() == pem.strip()
     assert console_errors(b) == []
 
 
@@ -461,6 +676,30 @@ def test_every_control_is_labelled(seeded: Seeded, logged_in: Any) -> None:
         assert b.execute_script("return document.activeElement.id") == "page-title"
 
 
+def test_keyboard_alone_reaches_every_section(seeded: Seeded, logged_in: Any) -> None:
+    """Tab from the top of the page: the skip link, then the sections; Enter opens one, and
+    its heading takes the focus."""
+    b = logged_in
+    b.get(seeded.d.workspace + "/ui/secrets")
+    wait_text(b, "Secrets engines")
+    # Where a keyboard user starts on a fresh page: the first focusable element.
+    b.execute_script("document.querySelector('a, button, input').focus()")
+    seen = [b.execute_script("return document.activeElement.textContent.trim()")]
+    for _ in range(12):
+        ActionChains(b).send_keys(Keys.TAB).perform()
+        seen.append(b.execute_script("return document.activeElement.textContent.trim()"))
+        if seen[-1] == "Nodes":
+            break
+    assert seen[:6] == ["Skip to content", "Secrets", "Policies", "Workspaces", "Jobs", "Nodes"]
+    ActionChains(b).send_keys(Keys.ENTER).perform()
+    WebDriverWait(b, 10).until(lambda d: d.current_url.endswith("/ui/nodes"))
+    WebDriverWait(b, 20).until(
+        lambda d: d.execute_script("return document.activeElement.id") == "page-title"
+    )
+    assert b.find_element(By.ID, "page-title").text == "Client nodes"
+    assert console_errors(b) == []
+
+
 def test_a_narrower_token_gets_each_apis_own_refusal(seeded: Seeded, browser: Any) -> None:
     """Signed in on another listener (its own origin, its own session) with a token that may
     only read kv/data/*: the secret shows, the policy list is the secrets API's 403."""
@@ -481,8 +720,34 @@ def test_a_narrower_token_gets_each_apis_own_refusal(seeded: Seeded, browser: An
     b.get(seeded.d.secrets + "/ui/policies")
     err = WebDriverWait(b, 20).until(lambda d: d.find_element(By.CSS_SELECTOR, "[role=alert]"))
     assert "secrets API answered 403" in err.text
-    # The refusals the browser logged are the APIs' own (401 from the workspace API at
-    # sign-in, 403s from the secrets API), nothing else.
+    direct = requests.get(
+        seeded.d.secrets + "/v1/sys/policies/acl?list=true",
+        headers={"X-Vault-Token": narrow},
+        timeout=10,
+    )
+    assert direct.status_code == 403 and "; ".join(direct.json()["errors"]) in err.text
+    # The workspace API does not know this token: its own 401, in its own words.
+    b.get(seeded.d.secrets + f"/ui/workspaces/{ORG}")
+    err = WebDriverWait(b, 20).until(lambda d: d.find_element(By.CSS_SELECTOR, "[role=alert]"))
+    direct = requests.get(
+        seeded.d.workspace + f"/api/v2/organizations/{ORG}/workspaces",
+        headers={"Authorization": f"Bearer {narrow}"},
+        timeout=10,
+    )
+    assert direct.status_code == 401
+    first = direct.json()["errors"][0]
+    assert f"workspace API answered 401: {first['title']}: {first['detail']}" in err.text
+    assert WORKSPACE not in text_of(b)
+    # The scheduler, with its ACLs on, does not know it either: its 403, in its words.
+    b.get(seeded.d.secrets + "/ui/jobs")
+    err = WebDriverWait(b, 20).until(lambda d: d.find_element(By.CSS_SELECTOR, "[role=alert]"))
+    direct = requests.get(
+        seeded.d.scheduler + "/v1/jobs", headers={"X-Nomad-Token": narrow}, timeout=10
+    )
+    assert direct.status_code == 403
+    assert f"scheduler API answered 403: {direct.text.strip()}" in err.text
+    # The refusals the browser logged are the APIs' own (401s from the workspace API, 403s
+    # from the secrets API and the scheduler), nothing else.
     assert all(re.search(r"status of 40[13]", e["message"]) for e in console_errors(b)), (
         console_errors(b)
     )
@@ -535,5 +800,9 @@ def test_the_proxy_gives_each_apis_own_refusal(seeded: Seeded) -> None:
     )
     assert proxied.status_code == direct.status_code == 401
     assert proxied.json() == direct.json()
+    direct = requests.get(seeded.d.scheduler + "/v1/jobs", timeout=10)
+    proxied = requests.get(seeded.d.workspace + "/ui/api/scheduler/v1/jobs", timeout=10)
+    assert proxied.status_code == direct.status_code == 403
+    assert proxied.text == direct.text
     bad = requests.get(seeded.d.secrets + "/ui/api/nowhere/x", timeout=10)
     assert bad.status_code == 404 and "console API" in bad.text

@@ -5,13 +5,16 @@ for running `schemathesis run` by hand."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
+import json
 import logging
 import os
 import secrets
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 
@@ -32,6 +35,8 @@ EXAMPLE_JOB = "example"
 class FuzzTarget:
     cluster: Cluster
     admin_token: str
+    # Ids of the seeded workspace objects (see _seed), for fuzzers to name real ones.
+    ids: dict[str, str] = field(default_factory=dict)
 
     @property
     def secrets_url(self) -> str:
@@ -76,8 +81,46 @@ async def _seed(t: FuzzTarget) -> None:
             assert r.status == 201, await r.text()
         async with s.post(f"{w}/{EXAMPLE_ORG}/workspaces", json=ws, headers=ws_headers) as r:
             assert r.status == 201, await r.text()
+            t.ids["workspace"] = (await r.json(content_type=None))["data"]["id"]
+        await _seed_state_and_vars(s, t, ws_headers)
         async with s.post(t.scheduler_url + "/v1/jobs", json=job) as r:
             assert r.status == 200, await r.text()
+
+
+async def _seed_state_and_vars(
+    s: aiohttp.ClientSession, t: FuzzTarget, headers: dict[str, str]
+) -> None:
+    """A variable and a state version (with outputs, one sensitive) in the example workspace,
+    which stays locked by the admin: state-version and variable operations reach real objects,
+    and a well-formed create gets past the lock check."""
+    api = f"{t.workspace_url}/api/v2"
+    ws = t.ids["workspace"]
+    var = {
+        "data": {"type": "vars", "attributes": {"key": "region", "value": "eu", "category": "env"}}
+    }
+    async with s.post(f"{api}/workspaces/{ws}/vars", json=var, headers=headers) as r:
+        assert r.status == 201, await r.text()
+        t.ids["var"] = (await r.json(content_type=None))["data"]["id"]
+    async with s.post(f"{api}/workspaces/{ws}/actions/lock", json={}, headers=headers) as r:
+        assert r.status == 200, await r.text()
+    outputs = {
+        "url": {"value": "https://example.com", "type": "string"},
+        "pw": {"value": "fuzz", "type": "string", "sensitive": True},
+    }
+    state = {"version": 4, "serial": 1, "lineage": "fuzz", "outputs": outputs, "resources": []}
+    raw = json.dumps(state).encode()
+    attrs = {
+        "serial": 1,
+        "lineage": "fuzz",
+        "md5": hashlib.md5(raw).hexdigest(),
+        "state": base64.b64encode(raw).decode(),
+    }
+    sv = {"data": {"type": "state-versions", "attributes": attrs}}
+    async with s.post(f"{api}/workspaces/{ws}/state-versions", json=sv, headers=headers) as r:
+        assert r.status == 201, await r.text()
+        doc = (await r.json(content_type=None))["data"]
+    t.ids["state-version"] = doc["id"]
+    t.ids["output"] = doc["relationships"]["outputs"]["data"][0]["id"]
 
 
 async def start_target(nats_url: str) -> FuzzTarget:

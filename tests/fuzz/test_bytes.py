@@ -117,7 +117,14 @@ def _apis(t: FuzzTarget, ws_id: str) -> list[Api]:
             "/api/v2/openapi.json",
             "",
             {"Authorization": f"Bearer {t.admin_token}"},
-            {"org": EXAMPLE_ORG, "name": "my-workspace", "workspace-id": ws_id},
+            {
+                "org": EXAMPLE_ORG,
+                "name": "my-workspace",
+                "workspace-id": ws_id,
+                "state-version-id": t.ids["state-version"],
+                "var-id": t.ids["var"],
+                "var": t.ids["var"],
+            },
         ),
         Api(
             "scheduler",
@@ -133,7 +140,8 @@ def _apis(t: FuzzTarget, ws_id: str) -> list[Api]:
 
 def _examples(api: Api) -> Any:
     """Path parameters that must name real objects for a body to be read at all. `{id}` names
-    a different kind of object on each path: only the workspace's and the job's are known.
+    a different kind of object on each path: the workspace's, the seeded state version's and
+    variable's (tests/fuzz/cluster.py) and the job's are known.
     DELETE gets none, so that it cannot remove what the other operations need."""
 
     def fill(template: str, method: str) -> dict[str, str]:
@@ -142,6 +150,10 @@ def _examples(api: Api) -> Any:
         ex = dict(api.examples)
         if template.startswith("/api/v2/workspaces/{id}"):
             ex["id"] = ex["workspace-id"]
+        elif template.startswith("/api/v2/state-versions/{id}"):
+            ex["id"] = ex["state-version-id"]
+        elif template.startswith("/api/v2/vars/{id}"):
+            ex["id"] = ex["var-id"]
         elif template.startswith("/v1/job/{id}"):
             ex["id"] = ex["job-id"]
         return ex

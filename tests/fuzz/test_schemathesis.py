@@ -102,9 +102,44 @@ def _command(api: Api, t: FuzzTarget, report_dir: Path) -> list[str]:
         cmd += ["--exclude-path-regex", SECRETS_EXCLUDE]
     elif api.name == "workspace":
         cmd += ["-H", f"Authorization: Bearer {t.admin_token}"]
+        config = report_dir.parent / "schemathesis.toml"
+        config.write_text(seeded_ids_config(t.ids))
+        cmd[3:3] = ["--config-file", str(config)]  # an option of schemathesis, not of `run`
     elif api.name == "scheduler":
         cmd += ["--exclude-path-regex", SCHEDULER_EXCLUDE]
     return cmd
+
+
+# Operations whose `{id}` (and `{var}`) name a seeded object of the example workspace
+# (tests/fuzz/cluster.py): without them every case of these would be a 404 on a made-up id.
+# DELETEs are left out, so that they cannot remove what the others need.
+SEEDED = {
+    "workspace": (
+        "createStateVersion",
+        "currentStateVersion",
+        "currentStateVersionOutputs",
+        "listWorkspaceVars",
+        "createWorkspaceVar",
+        "listWorkspaceVarsets",
+    ),
+    "state-version": ("showStateVersion", "downloadStateVersion", "listStateVersionOutputs"),
+    "output": ("showStateVersionOutput",),
+    "var": ("updateVar",),
+}
+
+
+def seeded_ids_config(ids: dict[str, str]) -> str:
+    """schemathesis.toml: fixed path parameters for the operations of SEEDED."""
+    blocks = [
+        f"[[operations]]\ninclude-operation-id = {list(ops)!r}\n"
+        f'parameters = {{ "path.id" = "{ids[kind]}" }}\n'
+        for kind, ops in SEEDED.items()
+    ]
+    blocks.append(
+        '[[operations]]\ninclude-operation-id = "updateWorkspaceVar"\n'
+        f'parameters = {{ "path.id" = "{ids["workspace"]}", "path.var" = "{ids["var"]}" }}\n'
+    )
+    return "\n".join(blocks)
 
 
 async def _run(cmd: list[str], cwd: Path) -> tuple[int, str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
+import shutil
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -22,6 +22,7 @@ from services.scheduler.client.agent import run_client
 from services.scheduler.service import SchedulerService
 from shared.bus import Bus
 from shared.settings import Settings
+from tests.job_helpers import node_data_dir, task_python
 
 pytestmark = [pytest.mark.nats, pytest.mark.asyncio(loop_scope="module")]
 
@@ -29,7 +30,7 @@ ROOT = "root-" + uuid.uuid4().hex
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def base(nats_url: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+async def base(nats_url: str) -> AsyncIterator[str]:
     settings = Settings(
         nats_url=nats_url,
         cluster_name="d" + uuid.uuid4().hex[:8],
@@ -43,10 +44,11 @@ async def base(nats_url: str, tmp_path_factory: pytest.TempPathFactory) -> Async
     await gw.start()
     svc = SchedulerService(buses[1], settings, acl_enabled=True, management_token=ROOT)
     await svc.start()
-    data_dir = str(tmp_path_factory.mktemp("client"))
+    data_dir = node_data_dir()  # its task runs as nobody: not under pytest's private tmp
     agent = await run_client(buses[2], settings, drivers=("raw_exec",), data_dir=data_dir)
     yield gw.addresses["scheduler"]
     await agent.stop()
+    shutil.rmtree(data_dir, ignore_errors=True)
     await svc.stop()
     await gw.stop()
     for b in buses:
@@ -88,7 +90,7 @@ async def test_fs_and_logs_capabilities(base: str, tmp_path: Path) -> None:
                             {
                                 "Name": "t",
                                 "Driver": "raw_exec",
-                                "Config": {"command": sys.executable, "args": ["-c", "print(42)"]},
+                                "Config": {"command": task_python(), "args": ["-c", "print(42)"]},
                                 "Resources": {"CPU": 50, "MemoryMB": 32},
                             }
                         ],

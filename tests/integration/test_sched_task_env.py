@@ -1,6 +1,7 @@
 """raw_exec tasks for real (child processes, no NATS needed): the process sees exactly the
 environment built for it and nothing of the agent's, its directories are private from creation,
-and with a root agent a task's `user` runs it as that user."""
+and with a root agent a task's `user` runs it as that user, a task naming none runs as the
+client's default task user (nobody), and a uid-0 user is refused unless the client allows it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import os
 import pwd
 import shutil
 import stat
-import sys
 import tempfile
 import time
 import uuid
@@ -22,7 +22,9 @@ import pytest
 
 from services.scheduler.client.allocrunner import AllocRunner
 from services.scheduler.client.drivers import MockDriver, RawExecDriver
+from services.scheduler.client.taskdir import TaskUsers
 from services.scheduler.client.taskenv import PLAIN_PATH, JobInfo
+from tests.job_helpers import task_python
 
 pytestmark = pytest.mark.asyncio
 
@@ -49,7 +51,10 @@ def alloc() -> dict[str, Any]:
 
 
 async def run(
-    data_dir: str, tasks: list[dict[str, Any]], job: JobInfo | None = None
+    data_dir: str,
+    tasks: list[dict[str, Any]],
+    job: JobInfo | None = None,
+    users: TaskUsers = TaskUsers(),
 ) -> AllocRunner:
     a = alloc()
     runner = AllocRunner(
@@ -61,6 +66,7 @@ async def run(
         data_dir,
         lambda _id, _update: None,
         job or JobInfo(id="envjob"),
+        users=users,
     )
     runner.start()
     deadline = time.monotonic() + 30
@@ -78,18 +84,19 @@ async def test_process_sees_exactly_the_built_environment(
 ) -> None:
     monkeypatch.setenv("TRELLIS_SCHEDULER_MANAGEMENT_TOKEN", "agent-secret-token")
     monkeypatch.setenv("TRELLIS_NATS_CREDENTIALS_FILE", "/data/nats/client.creds")
-    out = os.path.join(data_dir, "env.json")
     task = {
         "Name": "dump",
         "Driver": "raw_exec",
-        "Config": {"command": sys.executable, "args": ["-c", DUMP, out]},
+        # Into its own dir: under a root agent the task runs as nobody.
+        "Config": {"command": task_python(), "args": ["-c", DUMP, "local/env.json"]},
         # Python would add LC_CTYPE to a locale-less environment (PEP 538): not for this dump.
         "Env": {"GREETING": "hello ${NOMAD_ALLOC_INDEX}", "PYTHONCOERCECLOCALE": "0"},
         "Resources": {"CPU": 100, "MemoryMB": 64},
     }
     runner = await run(data_dir, [task], JobInfo(id="envjob", meta={"owner": "ops"}))
     assert runner.client_status() == "complete", runner.tasks["dump"].state
-    seen = json.loads(await asyncio.to_thread(Path(out).read_text))
+    out = Path(runner.tasks["dump"].task_dir, "local", "env.json")
+    seen = json.loads(await asyncio.to_thread(out.read_text))
     assert seen == runner.tasks["dump"].env  # not one variable more or less
     assert not [k for k in seen if k.startswith("TRELLIS_")]
     assert "agent-secret-token" not in seen.values()
@@ -152,3 +159,42 @@ async def test_unknown_user_is_a_setup_failure(data_dir: str) -> None:
     assert runner.client_status() == "failed"
     events = runner.tasks["x"].state["Events"]
     assert events[-1]["Type"] == "Setup Failure" and "unknown user" in events[-1]["DisplayMessage"]
+
+
+ID_TASK = {
+    "Name": "who",
+    "Driver": "raw_exec",
+    "Config": {"command": "/bin/sh", "args": ["-c", 'id -u > "$NOMAD_TASK_DIR/uid"']},
+}
+
+
+def _uid_of(runner: AllocRunner) -> str:
+    return (Path(runner.tasks["who"].task_dir) / "local" / "uid").read_text().strip()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the default task user needs a root agent")
+async def test_a_task_naming_no_user_runs_as_the_default_task_user(data_dir: str) -> None:
+    runner = await run(data_dir, [ID_TASK])
+    assert runner.client_status() == "complete", runner.tasks["who"].state
+    assert _uid_of(runner) == str(pwd.getpwnam("nobody").pw_uid)
+    task_dir = await asyncio.to_thread(Path(runner.tasks["who"].task_dir).stat)
+    assert task_dir.st_uid == pwd.getpwnam("nobody").pw_uid
+    # Another default, as the client's task_user setting names it.
+    other = await run(data_dir, [ID_TASK], users=TaskUsers(default="daemon"))
+    assert _uid_of(other) == str(pwd.getpwnam("daemon").pw_uid)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs a root agent")
+async def test_a_uid_0_user_is_refused_unless_the_client_allows_it(data_dir: str) -> None:
+    task = {**ID_TASK, "User": pwd.getpwuid(0).pw_name}
+    runner = await run(data_dir, [task])
+    assert runner.client_status() == "failed"
+    last = runner.tasks["who"].state["Events"][-1]
+    assert last["Type"] == "Setup Failure" and "uid 0" in last["DisplayMessage"], last
+    assert not (Path(runner.tasks["who"].task_dir) / "local" / "uid").exists()
+    # A root default is refused the same way.
+    runner = await run(data_dir, [ID_TASK], users=TaskUsers(default="root"))
+    assert runner.client_status() == "failed"
+    allowed = await run(data_dir, [task], users=TaskUsers(allow_root=True))
+    assert allowed.client_status() == "complete", allowed.tasks["who"].state
+    assert _uid_of(allowed) == "0"

@@ -268,6 +268,12 @@ async def test_help_and_openapi(nats_url: str) -> None:
         assert "policy" in schema["properties"] and "name" not in schema["properties"]
         status, _ = await c.request("GET", "/v1/sys/mounts?help=1", token="")
         assert status == 403
+        # As OpenBao: a mount's root has help, a path no route serves is a 404 (`path-help`).
+        status, body = await c.request("GET", "/v1/sys/?help=1")
+        assert status == 200 and "help" in body
+        for path in ("sys/no-such-path", "auth/token/no-such-path"):
+            status, body = await c.request("GET", f"/v1/{path}?help=1")
+            assert status == 404 and "unsupported path" in body["errors"][0], (path, body)
     finally:
         await c.close()
 

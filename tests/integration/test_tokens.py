@@ -511,6 +511,35 @@ async def test_token_roles(nats_url: str) -> None:
         await c.close()
 
 
+async def test_token_role_bound_cidrs_bind_its_tokens(nats_url: str) -> None:
+    """As Vault: a role's token_bound_cidrs restrict where each token made through it works
+    (this test's requests come from 127.0.0.1)."""
+    c = await start_cluster(nats_url)
+    try:
+        status, body = await c.request(
+            "POST", "/v1/auth/token/roles/far", json={"token_bound_cidrs": "not-a-cidr"}
+        )
+        assert status == 400 and "token_bound_cidrs" in str(body), body
+        for role, cidrs in (("far", "10.0.0.0/8"), ("near", "127.0.0.1/32,10.0.0.0/8")):
+            status, body = await c.request(
+                "POST", f"/v1/auth/token/roles/{role}", json={"token_bound_cidrs": cidrs}
+            )
+            assert status == 204, body
+        far = await _create(c, path="create/far")
+        near = await _create(c, path="create/near")
+        assert (await _self(c, far["client_token"]))[0] == 403
+        status, body = await _self(c, near["client_token"])
+        assert status == 200, body
+        # The binding is the token's own: unaffected by a later change of the role.
+        status, _ = await c.request(
+            "POST", "/v1/auth/token/roles/far", json={"token_bound_cidrs": "127.0.0.0/8"}
+        )
+        assert status == 204
+        assert (await _self(c, far["client_token"]))[0] == 403
+    finally:
+        await c.close()
+
+
 async def test_token_with_hvac(nats_url: str) -> None:
     c = await start_cluster(nats_url)
     try:
@@ -546,5 +575,32 @@ async def test_token_with_hvac(nats_url: str) -> None:
         assert not await asyncio.to_thread(client.is_authenticated)
         with pytest.raises(hvac.exceptions.Forbidden):
             await asyncio.to_thread(client.auth.token.lookup_self)
+    finally:
+        await c.close()
+
+
+async def test_token_create_warns_of_each_unknown_policy(nats_url: str) -> None:
+    """As Vault: the token is made with the policies asked for, and each that does not exist
+    is named in a warning; known ones (and `default`) are not."""
+    c = await start_cluster(nats_url)
+    try:
+        await _policies(c)
+        status, body = await c.request(
+            "POST", "/v1/auth/token/create", json={"policies": ["reader", "ghost-b", "ghost-a"]}
+        )
+        assert status == 200, body
+        assert body["auth"]["policies"] == ["default", "ghost-a", "ghost-b", "reader"]
+        assert body["warnings"] == [
+            'Policy "ghost-a" does not exist',
+            'Policy "ghost-b" does not exist',
+        ]
+        status, body = await c.request(
+            "PUT", "/v1/sys/policies/acl/ghost-a", json={"policy": READER}
+        )
+        assert status in (200, 204), body
+        status, body = await c.request(
+            "POST", "/v1/auth/token/create", json={"policies": ["ghost-a"]}
+        )
+        assert status == 200 and not body.get("warnings"), body
     finally:
         await c.close()

@@ -19,6 +19,7 @@ import aiohttp
 import pytest
 
 from services.scheduler.service import SchedulerService
+from services.workspace.handlers.runs import plan_file_blob
 from services.workspace.service import WorkspaceService
 from shared.bus import Bus
 from tests.harness import Cluster, start_cluster
@@ -179,6 +180,15 @@ async def test_run_state_machine(env: tuple[Api, Cluster]) -> None:
     assert got == 404  # one time only
     assert await status(api, first["id"]) == "planning"
     token = info["token"]
+    # The plan task saves its plan file; only the run's own token may, and only the apply
+    # reads it back.
+    plan_file = secrets.token_bytes(64)
+    plan_path = f"/api/v2/runs/{first['id']}/runner/plan-file"
+    got, _ = await api.call("PUT", plan_path, raw=plan_file)
+    assert got == 404  # the admin's token is not the run's
+    await api.ok("PUT", plan_path, raw=plan_file, token=token, status=204)
+    got, _ = await api.call("GET", plan_path, token=token)
+    assert got == 404
     # The run token sees its own workspace's runs, not someone else's run.
     got, _ = await api.call("GET", f"/api/v2/runs/{second['id']}", token=token)
     assert got == 200
@@ -230,7 +240,7 @@ async def test_run_state_machine(env: tuple[Api, Cluster]) -> None:
     assert wsdoc["relationships"]["current-run"]["data"]["id"] == second["id"]
 
     # A speculative plan does not queue behind the current run, and never locks.
-    spec_cv = await config(api, ws, speculative=True)
+    spec_cv = await config(api, ws, speculative=True, **{"auto-queue-runs": False})
     spec = await new_run(api, ws, spec_cv)
     assert spec["attributes"]["plan-only"] is True
     assert await until(lambda: _is(api, spec["id"], "plan_queued"))
@@ -258,6 +268,11 @@ async def test_run_state_machine(env: tuple[Api, Cluster]) -> None:
     assert await until(lambda: _is(api, third["id"], "plan_queued"))
     env3 = await job_env(cluster, api, f"trellis-{third['id']}-plan")
     _, info = await redeem(api, third["id"], "plan", env3["TRELLIS_RUN_TICKET"])
+    third_plan = f"/api/v2/runs/{third['id']}/runner/plan-file"
+    saved = secrets.token_bytes(300)
+    got, _ = await api.call("PUT", third_plan, raw=b"", token=info["token"])
+    assert got == 413
+    await api.ok("PUT", third_plan, raw=saved, token=info["token"], status=204)
     await api.ok(
         "POST",
         f"/api/v2/runs/{third['id']}/runner/result",
@@ -268,6 +283,10 @@ async def test_run_state_machine(env: tuple[Api, Cluster]) -> None:
     env4 = await job_env(cluster, api, f"trellis-{third['id']}-apply")
     got, info = await redeem(api, third["id"], "apply", env4["TRELLIS_RUN_TICKET"])
     assert got == 200
+    # The apply reads exactly the plan file its plan saved; the plan's turn to save is over.
+    assert await api.ok("GET", third_plan, token=info["token"]) == saved
+    got, _ = await api.call("PUT", third_plan, raw=b"other", token=info["token"])
+    assert got == 409
     await api.ok(
         "POST",
         f"/api/v2/runs/{third['id']}/runner/result",
@@ -276,10 +295,56 @@ async def test_run_state_machine(env: tuple[Api, Cluster]) -> None:
     )
     done = (await api.ok("GET", f"/api/v2/runs/{third['id']}"))["data"]["attributes"]
     assert done["status"] == "errored"
+
+    async def plan_file_gone() -> bool:  # it holds variable values: kept no longer than the run
+        return await api.services[0].blobs.get(plan_file_blob(third["id"])) is None
+
+    assert await until(plan_file_gone)
     assert done["error-message"] == "terraform apply failed (exit code 1)"
     assert (await api.ok("GET", f"/api/v2/workspaces/{ws}"))["data"]["attributes"][
         "locked"
     ] is False
+
+    # Cancel of a running plan interrupts its task (the job is stopped: SIGINT to terraform);
+    # the run keeps the workspace until the task reports, then it is canceled.
+    fourth = await new_run(api, ws, cv)
+    assert await until(lambda: _is(api, fourth["id"], "plan_queued"))
+    env5 = await job_env(cluster, api, f"trellis-{fourth['id']}-plan")
+    _, info = await redeem(api, fourth["id"], "plan", env5["TRELLIS_RUN_TICKET"])
+    await api.ok("POST", f"/api/v2/runs/{fourth['id']}/actions/cancel", None, 202)
+    shown = (await api.ok("GET", f"/api/v2/runs/{fourth['id']}"))["data"]["attributes"]
+    assert shown["status"] == "planning" and shown["actions"]["is-cancelable"] is False
+    got, _ = await api.call("POST", f"/api/v2/runs/{fourth['id']}/actions/cancel")
+    assert got == 409
+
+    async def interrupted() -> bool:
+        async with api.http.get(f"{cluster.scheduler_url}/v1/job/trellis-{fourth['id']}-plan") as r:
+            return r.status == 200 and (await r.json()).get("Stop") is True
+
+    assert await until(interrupted)
+    wsdoc = (await api.ok("GET", f"/api/v2/workspaces/{ws}"))["data"]
+    assert wsdoc["relationships"]["current-run"]["data"]["id"] == fourth["id"]
+    await api.ok(
+        "POST",
+        f"/api/v2/runs/{fourth['id']}/runner/result",
+        {"phase": "plan", "ok": False, "message": "the plan was canceled"},
+        token=info["token"],
+    )
+    assert await status(api, fourth["id"]) == "canceled"
+    assert (await api.ok("GET", f"/api/v2/workspaces/{ws}"))["data"]["attributes"][
+        "locked"
+    ] is False
+
+    # A configuration uploaded with auto-queue-runs (the default) queues a run by itself; the
+    # workspace lists its configuration versions newest first.
+    auto_cv = await config(api, ws)
+    runs = (await api.ok("GET", f"/api/v2/workspaces/{ws}/runs"))["data"]
+    assert runs[0]["relationships"]["configuration-version"]["data"]["id"] == auto_cv
+    assert runs[0]["id"] not in {first["id"], second["id"], third["id"], fourth["id"], spec["id"]}
+    assert await until(lambda: _is(api, runs[0]["id"], "plan_queued"))
+    cvs = (await api.ok("GET", f"/api/v2/workspaces/{ws}/configuration-versions"))["data"]
+    assert [c["id"] for c in cvs] == [auto_cv, spec_cv, cv]
+    assert [c["attributes"]["auto-queue-runs"] for c in cvs] == [True, False, False]
 
 
 async def _is(api: Api, run_id: str, want: str) -> bool:

@@ -14,11 +14,13 @@ import secrets
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import msgspec
 import pytest
 
+from services.workspace.executor import public_url
 from services.workspace.handlers.accounts import digest
 from services.workspace.service import WorkspaceService
 from shared.bus import Bus
@@ -111,7 +113,7 @@ async def team_token(api: Api, org: str, name: str, ws_id: str | None, **access:
 
 
 async def test_create_show_list_download_and_outputs(env: tuple[Api, Cluster]) -> None:
-    api, _ = env
+    api, cluster = env
     org = "o" + uuid.uuid4().hex[:8]
     (ws,) = await setup(api, org, "net")
     lineage = str(uuid.uuid4())
@@ -139,7 +141,9 @@ async def test_create_show_list_download_and_outputs(env: tuple[Api, Cluster]) -
     assert attrs["serial"] == 1 and attrs["status"] == "finalized"
     assert attrs["size"] == len(raw) and attrs["state-version"] == 4
     assert attrs["terraform-version"] == "1.0.3" and attrs["resources-processed"] is True
-    assert attrs["hosted-state-download-url"] == f"/api/v2/state-versions/{data['id']}/download"
+    # Absolute, as on HCP Terraform: the address clients reach the API at.
+    download = f"/api/v2/state-versions/{data['id']}/download"
+    assert attrs["hosted-state-download-url"] == public_url(cluster.settings) + download
     assert attrs["resources"] == [
         {
             "name": "net",
@@ -169,7 +173,7 @@ async def test_create_show_list_download_and_outputs(env: tuple[Api, Cluster]) -
         "GET", f"/api/v2/state-versions/{data['id']}", query="include=secrets"
     )
     assert status == 400
-    got = await api.ok("GET", attrs["hosted-state-download-url"])
+    got = await api.ok("GET", download)
     assert (got if isinstance(got, bytes) else json.dumps(got).encode()) and got == json.loads(raw)
     wsdoc = (await api.ok("GET", f"/api/v2/workspaces/{ws}"))["data"]
     assert wsdoc["relationships"]["current-state-version"]["data"] == {
@@ -243,15 +247,18 @@ async def test_create_show_list_download_and_outputs(env: tuple[Api, Cluster]) -
 
 
 async def test_upload_url(env: tuple[Api, Cluster]) -> None:
-    api, _cluster = env
+    api, cluster = env
     org = "o" + uuid.uuid4().hex[:8]
     (ws,) = await setup(api, org, "big")
     await api.ok("POST", f"/api/v2/workspaces/{ws}/actions/lock")
     lineage = str(uuid.uuid4())
-    # A state of ~20 MB: beyond what fits inline in base64 under a 16 MB body, well within
-    # the 32 MB request limit.
+    # A state just under the 32 MB request limit (more than fits inline once base64'd).
+    limit = cluster.settings.max_request_bytes
     big = "y" * 200_000  # a large output: its sealed value goes to the blob store too
-    raw = state_file(1, lineage, {"x": {"value": big, "type": "string"}}, pad=20 * 1024 * 1024)
+    outputs = {"x": {"value": big, "type": "string"}}
+    pad = limit - len(state_file(1, lineage, outputs)) - 16
+    raw = state_file(1, lineage, outputs, pad=pad)
+    assert limit - 16 <= len(raw) <= limit
     md5 = hashlib.md5(raw).hexdigest()
     created = await api.ok(
         "POST", f"/api/v2/workspaces/{ws}/state-versions", sv_doc(None, 1, lineage, md5=md5), 201
@@ -259,7 +266,9 @@ async def test_upload_url(env: tuple[Api, Cluster]) -> None:
     attrs = created["data"]["attributes"]
     assert attrs["status"] == "pending" and attrs["hosted-state-download-url"] is None
     url = attrs["hosted-state-upload-url"]
-    assert url.startswith(f"/api/v2/state-versions/{created['data']['id']}/content?")
+    content = f"/api/v2/state-versions/{created['data']['id']}/content?"
+    assert url.startswith(public_url(cluster.settings) + content)
+    url = url.removeprefix(public_url(cluster.settings))  # the gateway of this test
     status, _ = await api.call("GET", f"/api/v2/workspaces/{ws}/current-state-version")
     assert status == 404  # pending versions are not current
     path, _, query = url.partition("?")
@@ -268,6 +277,8 @@ async def test_upload_url(env: tuple[Api, Cluster]) -> None:
     assert status == 404
     status, _ = await api.call("PUT", path, raw=b'{"version": 4}', query=query, token=None)
     assert status == 422  # md5 mismatch, nothing stored
+    status, _ = await api.call("PUT", path, raw=raw + b" " * 17, query=query, token=None)
+    assert status == 413  # over the request limit; the URL stays usable
     status, _ = await api.call("PUT", path, raw=raw, query=query, token=None)
     assert status == 200
     status, _ = await api.call("PUT", path, raw=raw, query=query, token=None)
@@ -279,7 +290,7 @@ async def test_upload_url(env: tuple[Api, Cluster]) -> None:
     outs = await api.ok("GET", f"/api/v2/workspaces/{ws}/current-state-version-outputs")
     assert outs["data"][0]["attributes"]["value"] == big
     async with api.http.get(
-        api.base + cur["data"]["attributes"]["hosted-state-download-url"],
+        api.base + urlsplit(cur["data"]["attributes"]["hosted-state-download-url"]).path,
         headers={"Authorization": f"Bearer {api.admin}"},
     ) as resp:
         assert resp.status == 200 and hashlib.md5(await resp.read()).hexdigest() == md5
@@ -522,7 +533,7 @@ async def test_states_and_variables_are_encrypted_at_rest(env: tuple[Api, Cluste
         assert marker.encode() not in stored
     # ... while the API still gives them back to those allowed to read them.
     cur = await api.ok("GET", f"/api/v2/workspaces/{ws}/current-state-version")
-    got = await api.ok("GET", cur["data"]["attributes"]["hosted-state-download-url"])
+    got = await api.ok("GET", urlsplit(cur["data"]["attributes"]["hosted-state-download-url"]).path)
     assert got["outputs"]["o"]["value"] == marker_state
 
 

@@ -2,6 +2,7 @@
 
 - a NATS client holding another service's valid credentials (the workspace user's, read from
   the data dir) cannot fetch the keyring, answer secrets API requests, seal, or read shares;
+  with the workspace's service key too, it gets the workspace's data key and no other;
 - a client holding the secrets user's own NATS credentials, but not the cluster key, is
   ignored by the receivers: its seal notice does not seal, its hand-off request gets no
   keyring, and its answers to API requests are rejected by the gateway (which never shows
@@ -21,9 +22,13 @@ import uuid
 
 import msgspec
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from shared import bus_batch
+from shared.datakeys import DataKeyReply, DataKeyRequest, new_request, open_reply
+from shared.messages import BusError
+from shared.service_identity import ServiceKey, read_service_key
 from tests.security.bus_clients import DevBusTarget, Errors, connect_as, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -228,4 +233,56 @@ def test_a_forged_dr_state_commands_no_replica(target: DevBusTarget, secret: str
 
     asyncio.run(attack())
     assert not target.sealed()
+    assert target.get("/v1/secret/data/control").json()["data"]["data"]["v"] == secret
+
+
+DATA_KEY = "trellis.secrets.datakey"
+
+
+async def _ask_data_key(nc: object, request: DataKeyRequest) -> tuple[int, bytes]:
+    """A data key request as the services send it; (status, body): 200 and the sealed reply,
+    or the receiver's error code and message."""
+    msg = await nc.request(DATA_KEY, msgspec.msgpack.encode(request), timeout=10)  # type: ignore[attr-defined]
+    if msg.headers and msg.headers.get("Trellis-Error"):
+        err = msgspec.msgpack.decode(msg.data, type=BusError)
+        return err.code, err.message.encode()
+    return 200, msg.data
+
+
+def test_a_compromised_service_gets_no_other_services_data_key(
+    target: DevBusTarget, secret: str
+) -> None:
+    """NATS lets the workspace user ask for data keys; the secrets service checks who asks.
+    With the workspace's NATS credentials and even its service key from the data dir, an
+    attacker gets the workspace's own key (the control: the path works) and nothing else: not
+    the scheduler's key, not with a self-made key claiming to be the scheduler, not unsigned."""
+    workspace = read_service_key(target.data_dir / "workspace.key", "workspace")
+    impostor = ServiceKey(
+        "scheduler", Ed25519PrivateKey.generate(), workspace.certificate, b"\0" * 32
+    )
+
+    async def attack() -> None:
+        nc = await connect_as(target.nats_url, *target.creds("workspace"))
+        try:
+            private, own = new_request("workspace/state", workspace, "trellis")
+            status, body = await _ask_data_key(nc, own)
+            assert status == 200, body
+            reply = msgspec.msgpack.decode(body, type=DataKeyReply)
+            assert len(open_reply(private, own, reply)) == 32
+
+            _, other = new_request("scheduler/variables", workspace, "trellis")
+            status, body = await _ask_data_key(nc, other)
+            assert status == 403, body
+            _, forged = new_request("scheduler/variables", impostor, "trellis")
+            status, body = await _ask_data_key(nc, forged)
+            assert status == 403, body
+            _, unsigned = new_request("scheduler/variables", workspace, "trellis")
+            unsigned.service, unsigned.signature = "scheduler", b""
+            status, body = await _ask_data_key(nc, unsigned)
+            assert status == 403, body
+        finally:
+            await nc.close()
+
+    asyncio.run(attack())
+    assert "data key request refused" in target.log("secrets")
     assert target.get("/v1/secret/data/control").json()["data"]["data"]["v"] == secret

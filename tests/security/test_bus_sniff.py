@@ -1,10 +1,11 @@
 """Issue 16 (1): nothing secret crosses NATS in the clear. A NATS user allowed `>` (the NATS
 operator: here an open nats-server of our own, with `trellis dev --nats-url ... --insecure-bus`)
 records every message through init, unseal, seal, unseal, KV writes and reads, PKI issue,
-token create, a sensitive workspace variable, a Terraform state upload, a scheduler request
-with a token, and DR replication to a second cluster (its own `trellis dev` on the same NATS),
-and finds no unseal key, token, secret value, state or private key in any of them, raw or
-base64-encoded."""
+token create, a sensitive workspace variable, two Terraform state uploads, a scheduler
+request with a token, and DR replication to a second cluster (its own `trellis dev` on the
+same NATS) with its promotion (the primary's unseal key handed to its secrets replicas), and
+finds no unseal key, token, secret value, state or private key in any of them, raw, hex or
+base64-encoded at any offset."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import urljoin
 
 import nats
 import pytest
@@ -25,6 +27,7 @@ import requests
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from services.replication import otp
 from services.scheduler.client.identity import SECRET_ID
 from tests.conftest import free_port, start_nats
 from tests.procs import DevProcess, start_dev
@@ -33,13 +36,16 @@ pytestmark = pytest.mark.e2e
 
 
 def _forms(secret: bytes) -> list[bytes]:
-    """The secret as it might appear: raw, base64 (both alphabets), hex."""
-    return [
-        secret,
-        base64.b64encode(secret),
-        base64.urlsafe_b64encode(secret),
-        secret.hex().encode(),
-    ]
+    """The secret as it might appear: raw, hex, and base64 (both alphabets) at each of the three
+    byte offsets it could start at inside a larger base64 text (a state file, a PEM body)."""
+    forms = [secret, secret.hex().encode()]
+    for shift in range(3):
+        encoded = base64.b64encode(bytes(shift) + secret)
+        # Only the characters made of the secret's bits alone: not the zero prefix's, not the
+        # padding's.
+        core = encoded[-(-shift * 8 // 6) : (shift + len(secret)) * 8 // 6]
+        forms += [core, core.replace(b"+", b"-").replace(b"/", b"_")]
+    return forms
 
 
 def test_a_sniffer_on_every_subject_learns_no_secret(tmp_path: Path) -> None:
@@ -76,6 +82,8 @@ def test_a_sniffer_on_every_subject_learns_no_secret(tmp_path: Path) -> None:
         assert any(m.startswith(b"trellis.secrets.datakey ") for m in seen)
         # The secondary cluster's storage took the replicated entries (its KV bucket).
         assert sum(m.startswith(b"$KV.drsniff-secrets.") for m in seen) >= 5
+        # Its operation-token ceremony and promotion went through its replication service.
+        assert sum(m.startswith(b"drsniff.replication.dr ") for m in seen) >= 3
         for name, secret in secrets.items():
             for form in _forms(secret):
                 hits = [m[:80] for m in seen if form in m]
@@ -119,9 +127,10 @@ def drive(url: str, tmp_path: Path) -> dict[str, bytes]:
         call("POST", "/v1/secret/data/sniffed", {"data": {"password": value}})
         assert call("GET", "/v1/secret/data/sniffed")["data"]["data"]["password"] == value
         call("POST", "/v1/sys/mounts/pki", {"type": "pki"})
-        call(
-            "POST", "/v1/pki/root/generate/internal", {"common_name": "Sniff CA", "key_type": "ec"}
-        )
+        # Exported: the test knows the CA key the crypto workers are handed to sign with.
+        ca_key = call(
+            "POST", "/v1/pki/root/generate/exported", {"common_name": "Sniff CA", "key_type": "ec"}
+        )["data"]["private_key"]
         call("POST", "/v1/pki/roles/web", {"allow_any_name": True, "key_type": "ec"})
         issued = call("POST", "/v1/pki/issue/web", {"common_name": "a.example.com", "ttl": "1h"})[
             "data"
@@ -131,7 +140,7 @@ def drive(url: str, tmp_path: Path) -> dict[str, bytes]:
         workspace = drive_workspace(d.workspace, root)
         sched_token = drive_scheduler(d.scheduler, root)
         node_secret = wait_for_node(d.scheduler, root, tmp_path / "dev" / "client")
-        dr_value = drive_replication(call, d.secrets, url, tmp_path)
+        dr = drive_replication(call, d, url, tmp_path)
         # The private key's base64 body, one full line (a line never spans a newline escape).
         pem_lines = issued["private_key"].strip().splitlines()[1:-1]
         return {
@@ -142,10 +151,11 @@ def drive(url: str, tmp_path: Path) -> dict[str, bytes]:
             "secret value": value.encode(),
             "private key": pem_lines[0].encode(),
             "private key (scalar)": scalar(issued["private_key"]),
+            "CA private key": scalar(ca_key),
             **workspace,
             "scheduler token": sched_token.encode(),
             "node secret": node_secret.encode(),
-            "replicated secret value": dr_value.encode(),
+            **dr,
         }
     finally:
         d.stop()
@@ -161,7 +171,8 @@ def wait_serving(url: str) -> None:
 
 
 def drive_workspace(base: str, root: str) -> dict[str, bytes]:
-    """A sensitive variable and a state upload; returns what must stay secret."""
+    """A sensitive variable and two state uploads (inline, and through the one-time upload URL
+    with the read back); returns what must stay secret."""
     wait_serving(base + "/api/v2/ping")
     hdr = {"Authorization": f"Bearer {root}", "Content-Type": "application/vnd.api+json"}
 
@@ -189,30 +200,48 @@ def drive_workspace(base: str, root: str) -> dict[str, bytes]:
         201,
     )
     call("POST", f"/api/v2/workspaces/{ws}/actions/lock", {}, 200)
+    lineage = str(uuid.uuid4())
     output = "state-" + uuid.uuid4().hex
-    raw = json.dumps(
-        {
-            "version": 4,
-            "terraform_version": "1.0.3",
-            "serial": 1,
-            "lineage": str(uuid.uuid4()),
-            "outputs": {"token": {"value": output, "type": "string", "sensitive": True}},
-            "resources": [],
-        }
-    ).encode()
+    raw = state_file(1, lineage, output)
     sv = {
         "serial": 1,
-        "lineage": json.loads(raw)["lineage"],
+        "lineage": lineage,
         "md5": hashlib.md5(raw).hexdigest(),
         "state": base64.b64encode(raw).decode(),
     }
-    call(
-        "POST",
-        f"/api/v2/workspaces/{ws}/state-versions",
-        {"data": {"type": "state-versions", "attributes": sv}},
-        201,
-    )
-    return {"workspace variable": variable.encode(), "state output": output.encode()}
+    versions = f"/api/v2/workspaces/{ws}/state-versions"
+    call("POST", versions, {"data": {"type": "state-versions", "attributes": sv}}, 201)
+    # As terraform does it: the state PUT to the version's one-time upload URL, then read back.
+    uploaded = "state-" + uuid.uuid4().hex
+    raw = state_file(2, lineage, uploaded)
+    sv = {"serial": 2, "lineage": lineage, "md5": hashlib.md5(raw).hexdigest()}
+    created = call("POST", versions, {"data": {"type": "state-versions", "attributes": sv}}, 201)
+    put = {"Content-Type": "application/octet-stream"}
+    url = urljoin(base, created["data"]["attributes"]["hosted-state-upload-url"])
+    r = requests.put(url, data=raw, headers=put, timeout=60)
+    assert r.status_code == 200, r.text
+    current = call("GET", f"/api/v2/workspaces/{ws}/current-state-version", None, 200)
+    url = urljoin(base, current["data"]["attributes"]["hosted-state-download-url"])
+    r = requests.get(url, headers={"Authorization": hdr["Authorization"]}, timeout=60)
+    assert r.status_code == 200 and r.content == raw, r.text
+    return {
+        "workspace variable": variable.encode(),
+        "state output": output.encode(),
+        "uploaded state output": uploaded.encode(),
+    }
+
+
+def state_file(serial: int, lineage: str, output: str) -> bytes:
+    """A Terraform state with one sensitive output."""
+    state = {
+        "version": 4,
+        "terraform_version": "1.0.3",
+        "serial": serial,
+        "lineage": lineage,
+        "outputs": {"token": {"value": output, "type": "string", "sensitive": True}},
+        "resources": [],
+    }
+    return json.dumps(state).encode()
 
 
 def drive_scheduler(base: str, root: str) -> str:
@@ -253,17 +282,30 @@ def wait_for_node(base: str, root: str, client_dir: Path) -> str:
     return (client_dir / SECRET_ID).read_text().strip()
 
 
-def drive_replication(call, primary: str, url: str, tmp_path: Path) -> str:  # type: ignore[no-untyped-def]
-    """A second cluster on the same NATS becomes this one's DR secondary and catches up with a
-    fresh secret; returns the secret's value."""
+def drive_replication(call, d: DevProcess, url: str, tmp_path: Path) -> dict[str, bytes]:  # type: ignore[no-untyped-def]
+    """A second cluster on the same NATS becomes this one's DR secondary, catches up with a
+    fresh secret, and is promoted with an operation token made from the primary's unseal key
+    (the replication service hands the secrets replica the primary's unseal key to unseal
+    with); it then serves the secret to the primary's root token. Returns what must stay
+    secret (the value, the activation and operation tokens, the second cluster's own unseal
+    key and root token)."""
+    primary = d.secrets
     value = "dr-" + uuid.uuid4().hex
     call("POST", "/v1/secret/data/replicated", {"data": {"password": value}})
     call("POST", "/v1/sys/replication/dr/primary/enable", {})
     wrapped = call("POST", "/v1/sys/replication/dr/primary/secondary-token", {"id": "sniff"})[
         "wrap_info"
     ]["token"]
+    # Two secrets replicas: on promotion the one that unseals hands the key to the other.
     second = start_dev_on(
-        url, tmp_path / "dev2", "--cluster-name", "drsniff", "--services", "replication"
+        url,
+        tmp_path / "dev2",
+        "--cluster-name",
+        "drsniff",
+        "--services",
+        "replication",
+        "--secrets-replicas",
+        "2",
     )
     try:
         r = requests.post(
@@ -282,9 +324,58 @@ def drive_replication(call, primary: str, url: str, tmp_path: Path) -> str:  # t
                 break
             assert time.monotonic() < deadline, f"the secondary did not catch up: {got}"
             time.sleep(0.1)
+        op_token, otp_value = promote(second.secrets, d.unseal_key)
+        read = "/v1/secret/data/replicated"
+        deadline = time.monotonic() + 60
+        while True:  # the first read the promoted cluster serves
+            r = requests.get(
+                second.secrets + read, headers={"X-Vault-Token": d.root_token}, timeout=30
+            )
+            if r.status_code == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert r.status_code == 200 and r.json()["data"]["data"]["password"] == value, r.text
+        deadline = time.monotonic() + 60
+        while True:  # both replicas serve (the queue group spreads the reads over them)
+            codes = [
+                requests.get(
+                    second.secrets + read, headers={"X-Vault-Token": d.root_token}, timeout=30
+                ).status_code
+                for _ in range(10)
+            ]
+            if codes == [200] * 10:
+                break
+            assert time.monotonic() < deadline, f"a promoted replica does not serve: {codes}"
+            time.sleep(0.2)
     finally:
         second.stop()
-    return value
+    return {
+        "replicated secret value": value.encode(),
+        "DR activation token": wrapped.encode(),
+        "DR operation token": op_token.encode(),
+        "OTP": otp_value.encode(),
+        "secondary's unseal key": bytes.fromhex(second.unseal_key),
+        "secondary's root token": second.root_token.encode(),
+    }
+
+
+def promote(base: str, unseal_key: str) -> tuple[str, str]:
+    """Generate a DR operation token on the secondary from the primary's unseal key and promote
+    with it (no unseal call); returns the token and the OTP it was encoded with."""
+    gen = base + "/v1/sys/replication/dr/secondary/generate-operation-token/"
+    att = requests.post(gen + "attempt", json={}, timeout=60).json()
+    body = {"key": unseal_key, "nonce": att["nonce"]}
+    done = requests.post(gen + "update", json=body, timeout=60).json()
+    assert done["complete"] is True, done
+    token = otp.decode(done["encoded_token"], att["otp"])
+    r = requests.post(
+        base + "/v1/sys/replication/dr/secondary/promote",
+        # The primary is still up (a drill, not an outage): promoting over it takes `force`.
+        json={"dr_operation_token": token, "force": True},
+        timeout=120,
+    )
+    assert r.status_code == 200 and r.json()["complete"] is True, r.text
+    return token, att["otp"]
 
 
 def scalar(pem: str) -> bytes:

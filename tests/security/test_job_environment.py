@@ -7,20 +7,18 @@ from __future__ import annotations
 
 import json
 import re
-import sys
-from pathlib import Path
 
 import nomad
 import pytest
 
 from services.scheduler.client.taskenv import PLAIN_PATH
-from tests.job_helpers import finished_alloc, one_task_job, raw_exec_task
+from tests.job_helpers import finished_alloc, one_task_job, raw_exec_task, task_log, task_python
 from tests.procs import DevProcess, dev_client_agent
 
 pytestmark = pytest.mark.e2e
 
 SCRIPT = """
-import json, os, stat, sys
+import json, os, stat
 keys = ("NOMAD_ALLOC_DIR", "NOMAD_TASK_DIR", "NOMAD_SECRETS_DIR")
 dirs = {k: os.environ.get(k, "") for k in keys}
 modes = {}
@@ -30,24 +28,22 @@ for k, v in dirs.items():
     except OSError as exc:  # reported, so the checks below say what is wrong
         modes[k] = exc.strerror
 out = {"env": dict(os.environ), "cwd": os.getcwd(), "modes": modes}
-open(sys.argv[1], "w").write(json.dumps(out))
+print(json.dumps(out))
 """
 
 # Names of the agent's variables whose values are credentials or lead to them.
 SENSITIVE = re.compile(r"TOKEN|SECRET|PASSWORD|CREDENTIAL|KEY|NATS", re.IGNORECASE)
 
 
-def test_task_environment_holds_no_credential(trellis_acl_dev: DevProcess, tmp_path: Path) -> None:
+def test_task_environment_holds_no_credential(trellis_acl_dev: DevProcess) -> None:
     d = trellis_acl_dev
-    out = tmp_path / "task-env.json"
     _, agent_env = dev_client_agent(d.nats_url)
     client = nomad.Nomad(address=d.scheduler, token=d.root_token, timeout=10)
     task = raw_exec_task(
         "t",
-        sys.executable,
+        task_python(),  # the task runs as nobody: it reports on its stdout
         "-c",
         SCRIPT,
-        str(out),
         Env={"GREETING": "hello from ${NOMAD_GROUP_NAME}"},
         Meta={"team-key": "k1"},
         Resources={"CPU": 200, "MemoryMB": 96},
@@ -58,7 +54,7 @@ def test_task_environment_holds_no_credential(trellis_acl_dev: DevProcess, tmp_p
     client.jobs.register_job({"Job": job})
     alloc = finished_alloc(client, "envjob")
     assert alloc["ClientStatus"] == "complete", alloc.get("TaskStates")
-    dump = json.loads(out.read_text())
+    dump = json.loads(task_log(d.scheduler, d.root_token, alloc["ID"], "t"))
 
     env: dict[str, str] = dump["env"]
     # Nothing of Trellis's own configuration, no credential, no way onto the bus.

@@ -7,6 +7,7 @@ in plaintext and base64; and every dir is 0700, every file 0600."""
 from __future__ import annotations
 
 import base64
+import os
 import stat
 import uuid
 from collections.abc import Iterator
@@ -25,6 +26,9 @@ CREDENTIAL_FILES = {"dev-keys.json"}
 # Task dirs of the dev client node: their modes are the job's business (Nomad's alloc dirs);
 # the data dir around them (0711) lets no other user list or read anything.
 TASK_DIRS = ("client",)
+# Programs a root dev hands its tasks' unprivileged user (services/dev_tools.py): public
+# binaries, in a dir that lets it reach them without listing it.
+TOOLS_DIR = "tools"
 
 
 def _needles(secret: str) -> dict[str, bytes]:
@@ -149,10 +153,12 @@ def test_no_secret_in_any_log_or_data_file_and_every_mode_is_private(tmp_path: P
             continue
         mode = stat.S_IMODE(path.stat().st_mode)
         want = 0o700 if path.is_dir() else 0o600
-        if path == data_dir:
+        if path == data_dir and os.geteuid() == 0:
             want = 0o711  # traversable for tasks that run as their own user, never listable
         if rel.parts and rel.parts[0] in TASK_DIRS:
             want = mode if mode & 0o077 in (0, 0o011) else want  # traversable, never listable
+        if rel.parts and rel.parts[0] == TOOLS_DIR and os.geteuid() == 0:
+            want = 0o711 if path.is_dir() else 0o755
         if mode != want:
             wrong_modes.append(f"{rel or '.'}: {oct(mode)} (want {oct(want)})")
     assert not wrong_modes, "\n".join(wrong_modes)

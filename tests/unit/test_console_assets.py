@@ -1,10 +1,14 @@
 """The web console's gateway side, pure parts: which API a `/ui/api/...` path reaches, and the
-built assets the package ships (no inline script, nothing fetched from another host)."""
+built assets the package ships (no inline script, nothing fetched from another host, rebuilt
+from the current source)."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
+
+import pytest
 
 from services.gateway import ui
 
@@ -50,3 +54,21 @@ def test_csp_is_strict() -> None:
     csp = ui.SECURITY_HEADERS["Content-Security-Policy"]
     assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp
     assert "unsafe" not in csp
+
+
+def _source_digest(ui_dir: Path) -> str:
+    """ui/build.mjs's digest of what it builds from: its own text, the lock file, ui/src/."""
+    files = ["build.mjs", "package-lock.json"]
+    files += [p.relative_to(ui_dir).as_posix() for p in (ui_dir / "src").rglob("*") if p.is_file()]
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(name.encode() + b"\0" + (ui_dir / name).read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def test_the_built_assets_are_rebuilt_from_the_current_source() -> None:
+    ui_dir = Path(ui.__file__).resolve().parents[2] / "ui"
+    if not ui_dir.is_dir():
+        pytest.skip("an installed package: the console's source is not beside it")
+    stamp = (ui.STATIC_DIR / "source.sha256").read_text().strip()
+    assert stamp == _source_digest(ui_dir), "ui/ changed: run `npm ci && npm run build` in ui/"

@@ -5,10 +5,11 @@ probes costs one bus request."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
-from services.gateway.readiness import PROBES, ServiceProbe
+from services.gateway.readiness import BEHIND, PROBES, ServiceProbe
 from shared.errors import BusTimeout, NoResponders
 from shared.messages import HttpRequest, HttpResponse
 
@@ -46,10 +47,44 @@ async def test_outcomes(outcome: object, ready: bool) -> None:
     assert sent[0].path == PROBES["workspace"][0]
 
 
+def _secrets_probe(health: int, behind: HttpResponse) -> tuple[ServiceProbe, list[HttpRequest]]:
+    sent: list[HttpRequest] = []
+
+    async def send(env: HttpRequest, timeout: float) -> HttpResponse:
+        sent.append(env)
+        return HttpResponse(status=health) if env.path == "/v1/sys/health" else behind
+
+    return ServiceProbe("secrets", send), sent
+
+
+def _behind(ready: bool) -> HttpResponse:
+    crypto = {"name": "crypto", "ready": ready}
+    body = json.dumps({"ready": ready, "services": [crypto]}).encode()
+    return HttpResponse(status=200 if ready else 503, body=body)
+
+
 async def test_secrets_asks_health_so_that_sealed_counts_as_answering() -> None:
-    probe, sent = _probe("secrets", 204)
-    assert (await probe.check())["ready"] is True
+    probe, sent = _secrets_probe(204, _behind(True))
+    got = await probe.check()
+    assert got["ready"] is True and got["behind"] == [{"name": "crypto", "ready": True}]
     assert sent[0].path == "/v1/sys/health" and "sealedcode=204" in sent[0].query
+    assert sent[1].path == BEHIND["secrets"][0]
+
+
+@pytest.mark.parametrize(
+    "behind",
+    [_behind(False), HttpResponse(status=503, body=b"<html>"), HttpResponse(status=200, body=b"")],
+)
+async def test_secrets_is_unready_while_what_it_relies_on_is_down(behind: HttpResponse) -> None:
+    probe, _ = _secrets_probe(200, behind)
+    got = await probe.check()
+    assert got["ready"] is False and got["behind"] and not got["behind"][0]["ready"]
+
+
+async def test_a_secrets_replica_without_the_readiness_path_reports_nothing_behind() -> None:
+    probe, _ = _secrets_probe(200, HttpResponse(status=404))
+    got = await probe.check()
+    assert got["ready"] is True and got["behind"] == []
 
 
 async def test_a_burst_costs_one_request() -> None:

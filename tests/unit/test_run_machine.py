@@ -5,19 +5,33 @@ verdict on a job that ended without a report (run_job.py), and the runner's help
 from __future__ import annotations
 
 import io
+import re
+import stat
+import sys
 import tarfile
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 
+from services.scheduler.client.taskenv import interpolate
 from services.workspace import run_job
 from services.workspace import run_machine as rm
 from services.workspace.handlers.runs import check_archive
-from services.workspace.runner_task import cli_config, find_terraform, hcl_value
+from services.workspace.runner_task import (
+    RunnerError,
+    apply_counts,
+    cli_config,
+    extract,
+    find_terraform,
+    hcl_value,
+    plan_counts,
+)
 from services.workspace.runs_model import Run
 from services.workspace.state import WorkspaceState
 from shared.replog import ApplyError, LogEntry
+from shared.task_python import world_executable
 
 _enc = msgspec.msgpack.Encoder()
 
@@ -106,14 +120,14 @@ def test_errors_and_cancels_mark_the_phases() -> None:
 
 
 def test_counts_from_terraform_output() -> None:
-    assert rm.plan_counts("x\nPlan: 3 to add, 1 to change, 2 to destroy.\n") == (3, 1, 2)
-    assert rm.plan_counts("No changes. Your infrastructure matches") == (0, 0, 0)
-    assert rm.apply_counts("Apply complete! Resources: 1 added, 0 changed, 4 destroyed.") == (
+    assert plan_counts("x\nPlan: 3 to add, 1 to change, 2 to destroy.\n") == (3, 1, 2)
+    assert plan_counts("No changes. Your infrastructure matches") == (0, 0, 0)
+    assert apply_counts("Apply complete! Resources: 1 added, 0 changed, 4 destroyed.") == (
         1,
         0,
         4,
     )
-    assert rm.apply_counts("Destroy complete! Resources: 5 destroyed.") == (0, 0, 5)
+    assert apply_counts("Destroy complete! Resources: 5 destroyed.") == (0, 0, 5)
 
 
 def test_queue_order_is_creation_order_and_skips_speculative_plans() -> None:
@@ -201,6 +215,63 @@ def test_a_manual_lock_holds_the_queue_and_tickets_work_once() -> None:
         apply(s, "run.error", {"id": "run-1", "message": "x", "job_id": "other-job"})
 
 
+def running(s: WorkspaceState, run_id: str, phase: str = "plan") -> None:
+    """`run_id` started, its plan job submitted and the task running."""
+    apply(s, "run.create", {"id": run_id, "workspace_id": "ws-1", "cv_id": "cv-1"})
+    apply(s, "run.start", {"id": run_id})
+    apply(s, "run.job", {"id": run_id, "phase": "plan", "job_id": "j", "ticket_digest": "t"})
+    apply(s, "run.redeem", {"id": run_id, "phase": "plan", "digest": "t"})
+
+
+@pytest.mark.parametrize(
+    ("result", "status"),
+    [
+        ({"phase": "plan", "ok": False, "message": "the plan was canceled"}, "canceled"),
+        ({"phase": "plan", "ok": True, "has_changes": True}, "canceled"),
+    ],
+)
+def test_cancel_of_a_running_plan_waits_for_its_task(result: dict[str, Any], status: str) -> None:
+    """Cancel interrupts the running task (terraform saves its state); the run holds the
+    workspace until the task reports, and only then is canceled."""
+    s = workspace_state()
+    running(s, "run-1")
+    apply(s, "run.action", {"id": "run-1", "action": "cancel"})
+    r = s.runs["run-1"]
+    assert r.status == "planning" and r.cancel_requested
+    assert s.workspaces["ws-1"].locked_by == ("runs", "run-1")
+    assert not rm.actions(r)["is-cancelable"] and rm.actions(r)["is-force-cancelable"]
+    with pytest.raises(ApplyError, match="already requested"):
+        apply(s, "run.action", {"id": "run-1", "action": "cancel"})
+    apply(s, "run.result", {"id": "run-1", **result})
+    assert r.status == status and r.plan.status == "canceled"
+    assert r.apply.status == "unreachable" and "force-canceled-at" not in r.status_timestamps
+    assert not s.workspaces["ws-1"].locked and s.live_runs == set()
+
+
+def test_an_apply_that_finished_before_the_interrupt_is_applied() -> None:
+    s = workspace_state()
+    running(s, "run-1")
+    apply(s, "run.result", {"id": "run-1", "phase": "plan", "ok": True, "has_changes": True})
+    apply(s, "run.action", {"id": "run-1", "action": "apply"})
+    apply(s, "run.job", {"id": "run-1", "phase": "apply", "job_id": "k", "ticket_digest": "u"})
+    apply(s, "run.redeem", {"id": "run-1", "phase": "apply", "digest": "u"})
+    apply(s, "run.action", {"id": "run-1", "action": "cancel"})
+    apply(s, "run.result", {"id": "run-1", "phase": "apply", "ok": True})
+    assert s.runs["run-1"].status == "applied"
+
+
+def test_force_cancel_ends_a_running_run_at_once() -> None:
+    s = workspace_state()
+    running(s, "run-1")
+    apply(s, "run.action", {"id": "run-1", "action": "cancel"})
+    apply(s, "run.action", {"id": "run-1", "action": "force-cancel"})
+    r = s.runs["run-1"]
+    assert r.status == "canceled" and "force-canceled-at" in r.status_timestamps
+    assert not s.workspaces["ws-1"].locked
+    with pytest.raises(ApplyError):
+        apply(s, "run.result", {"id": "run-1", "phase": "plan", "ok": False})
+
+
 def test_runs_need_remote_execution_and_an_uploaded_configuration() -> None:
     s = workspace_state()
     apply(s, "cv.create", {"id": "cv-2", "workspace_id": "ws-1", "upload_digest": "d"})
@@ -221,9 +292,26 @@ def test_job_spec_names_the_run_and_holds_no_secret() -> None:
     assert spec["ID"] == "trellis-run-abc-apply" and spec["Type"] == "batch"
     tg = spec["TaskGroups"][0]
     assert tg["RestartPolicy"]["Attempts"] == 0 and tg["ReschedulePolicy"]["Attempts"] == 0
+    assert tg["Tasks"][0]["KillSignal"] == "SIGINT"  # Ctrl-C: terraform stops gracefully
     env = tg["Tasks"][0]["Env"]
     assert env["TRELLIS_RUN_TICKET"] == "T"
     assert not any("TOKEN" in k for k in env)
+
+
+def test_job_ships_the_runner_so_the_task_user_needs_no_repo() -> None:
+    task = run_job.job_spec(
+        "run-abc", "plan", api_url="https://x:1", ticket="T", terraform="/t", datacenter="dc1"
+    )["Job"]["TaskGroups"][0]["Tasks"][0]
+    config = task["Config"]
+    assert world_executable(config["command"]) or config["command"] == sys.executable
+    assert config["args"][0] == "-c" and "def main()" in config["args"][1]
+    assert "PYTHONPATH" not in task["Env"]
+    # The client's ${...} interpolation leaves the script as it is.
+    env = {"NOMAD_TASK_DIR": "/x", "TRELLIS_RUN_ID": "run-abc"}
+    assert interpolate(config, env, {}) == config
+    # The script needs nothing of this repo: it runs on its own, with the standard library.
+    imports = re.findall(r"^\s*(?:from|import) (\S+)", config["args"][1], re.MULTILINE)
+    assert not [m for m in imports if m.split(".")[0] not in sys.stdlib_module_names], imports
 
 
 def test_verdict_on_a_job_that_ended_without_a_report() -> None:
@@ -291,3 +379,36 @@ def test_archives_that_unpack_too_large_are_refused(monkeypatch: pytest.MonkeyPa
             info.size = 600
             tar.addfile(info, io.BytesIO(b"#" * 600))
     assert "unpacks to more than" in (runs.check_archive(buf.getvalue()) or "")
+
+
+def _archive(*members: tuple[tarfile.TarInfo, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data else None)
+    return buf.getvalue()
+
+
+def _file(name: str, data: bytes, mode: int = 0o644) -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = len(data), mode
+    return info, data
+
+
+@pytest.mark.parametrize("filters", [True, False])
+def test_extract_with_and_without_extraction_filters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, filters: bool
+) -> None:
+    # The task's Python may predate tarfile's filters (3.11.4): the same archives, same verdict.
+    if not filters:
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    extract(_archive(_file("main.tf", b"# ok\n", 0o4777)), tmp_path / "ok")
+    made = tmp_path / "ok" / "main.tf"
+    assert made.read_bytes() == b"# ok\n"
+    assert not made.stat().st_mode & (stat.S_ISUID | stat.S_IWOTH)
+    link = tarfile.TarInfo("evil")
+    link.type, link.linkname = tarfile.SYMTYPE, "/etc/shadow"
+    for bad in (_archive(_file("../x.tf", b"x")), _archive((link, b""))):
+        with pytest.raises((RunnerError, tarfile.TarError)):
+            extract(bad, tmp_path / "bad")
+        assert not (tmp_path / "x.tf").exists()

@@ -70,3 +70,12 @@ def test_spec_changed_ignores_bookkeeping() -> None:
     b = {**a, "Version": 3, "Stable": True, "ModifyIndex": 9, "SubmitTime": 1}
     assert not spec_changed(a, b)
     assert spec_changed(a, admit(job(Priority=70)))
+
+
+@pytest.mark.parametrize("name", ["..", ".", "a\\b", "a\x00b"])
+def test_a_task_name_must_be_a_directory_of_its_own(name: str) -> None:
+    """The client names the task's directory after the task: '..' would be every allocation's."""
+    tasks = [{"Name": name, "Driver": "mock", "Config": {}}]
+    with pytest.raises(ValidationError) as err:
+        admit(job(TaskGroups=[{"Name": "g", "Tasks": tasks}]))
+    assert f"Task name '{name}' is not a valid directory name" in str(err.value)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from services.scheduler.client import fsops
-from services.scheduler.client.logrotate import RotatingWriter, log_files
+from services.scheduler.client.logrotate import RotatingWriter, log_names
 
 
 def test_rotation_keeps_newest_files(tmp_path: Path) -> None:
@@ -17,7 +17,7 @@ def test_rotation_keeps_newest_files(tmp_path: Path) -> None:
     for i in range(6):
         w.write(f"{i:09d}\n".encode())  # exactly one file each
     w.close()
-    files = log_files(str(tmp_path), "web", "stdout")
+    files = [(i, tmp_path / n) for i, n in log_names(str(tmp_path), "web", "stdout")]
     assert [i for i, _ in files] == [3, 4, 5]
     assert Path(files[0][1]).read_bytes() == b"000000003\n"
     assert all(stat.S_IMODE(os.stat(p).st_mode) == 0o600 for _, p in files)
@@ -30,7 +30,7 @@ def test_rotation_splits_a_large_write_and_resumes(tmp_path: Path) -> None:
     w = RotatingWriter(str(tmp_path), "t", "stderr", max_files=10, max_size=4)
     w.write(b"kl")  # appends to the newest file, as after a task restart
     w.close()
-    parts = [Path(p).read_bytes() for _, p in log_files(str(tmp_path), "t", "stderr")]
+    parts = [(tmp_path / n).read_bytes() for _, n in log_names(str(tmp_path), "t", "stderr")]
     assert parts == [b"abcd", b"efgh", b"ijkl"]
 
 
@@ -47,7 +47,26 @@ def test_read_logs_across_files(tmp_path: Path) -> None:
     assert b"".join(d for _, _, d in later) == b"56789"
     tail = fsops.read_logs(str(tmp_path), "t", "stdout", "end", 3, 0)
     assert tail == [("alloc/logs/t.stdout.1", 3, b"7"), ("alloc/logs/t.stdout.2", 0, b"89")]
-    assert fsops.logs_size(str(tmp_path), "t", "stdout") == 10
+
+
+def test_a_log_position_survives_rotation(tmp_path: Path) -> None:
+    logs = tmp_path / "alloc" / "logs"
+    logs.mkdir(parents=True)
+    w = RotatingWriter(str(logs), "t", "stdout", max_files=2, max_size=4)
+    w.write(b"012345")
+    at = fsops.log_position(str(tmp_path), "t", "stdout", "start", 0)
+    frames, at, left = fsops.read_logs_at(str(tmp_path), "t", "stdout", at, 3)
+    assert (b"".join(d for _, _, d in frames), at, left) == (b"012", (0, 3), 3)
+    # Rotation deletes file 0 while the reader is in it: it goes on from the oldest kept file,
+    # read whole (an offset of 3 from the oldest kept byte would skip "456").
+    w.write(b"6789ab")
+    w.close()
+    frames, at, left = fsops.read_logs_at(str(tmp_path), "t", "stdout", at, 0)
+    assert b"".join(d for _, _, d in frames) == b"456789ab"
+    assert (at, left) == ((2, 4), 0)
+    nothing = fsops.read_logs_at(str(tmp_path), "t", "stdout", at, 0)
+    assert nothing == ([], (2, 4), 0)
+    assert fsops.log_position(str(tmp_path), "t", "stdout", "end", 1) == (2, 3)
 
 
 def test_paths_stay_inside_the_alloc_dir(tmp_path: Path) -> None:

@@ -61,7 +61,7 @@ export function JobDetail({ id }) {
       rows=${list.map((e) => [html`<code title=${e.ID}>${short(e.ID)}</code>`, e.TriggeredBy, html`<${Status} value=${e.Status} />`, e.StatusDescription || ""])} />`}</${Async}>
     <h2>Deployments</h2>
     <${Async} state=${deps}>${(list) => html`<${Table} caption="Deployments" head=${["ID", "Job version", "Status", "Description"]}
-      empty="No deployments (batch jobs and jobs without update blocks have none)."
+      empty="No deployments (batch and system jobs have none)."
       rows=${list.map((d) => [html`<code title=${d.ID}>${short(d.ID)}</code>`, d.JobVersion, html`<${Status} value=${d.Status} />`, d.StatusDescription || ""])} />`}</${Async}>
     <h2>Versions</h2>
     <${Async} state=${versions}>${(doc) => html`<${Versions} doc=${doc} />`}</${Async}>

@@ -192,6 +192,8 @@ function KvSecret({ mount, path, search }) {
     }
   };
   const values = secret.data ? (v2 ? secret.data.data && secret.data.data.data : secret.data.data) : null;
+  // Another version's data is masked again: what was revealed stays with its own version.
+  const shownVersion = v2 && secret.data && secret.data.data && secret.data.data.metadata ? secret.data.data.metadata.version : "";
   const here = `/ui/secrets/${encPath(mount.path + path)}`;
   return html`<${Page} title=${path} actions=${html`
       <button type="button" onClick=${() => setEditing(!editing)} aria-expanded=${editing}>${editing ? "Cancel edit" : "Edit"}</button>
@@ -202,7 +204,7 @@ function KvSecret({ mount, path, search }) {
     <h2>Data${version ? ` (version ${version})` : ""}</h2>
     ${secret.error ? html`<${ErrorBox} error=${secret.error} />` : secret.data === undefined ? html`<p class="muted">Loading…</p>` :
       values ? html`<${Table} caption="Keys and values (hidden until revealed)" head=${["Key", "Value"]}
-        rows=${Object.entries(values).map(([k, v]) => [html`<code>${k}</code>`, html`<${Masked} name=${k} value=${v} />`])} />`
+        rows=${Object.entries(values).map(([k, v]) => [html`<code>${k}</code>`, html`<${Masked} key=${`${shownVersion}:${k}`} name=${k} value=${v} />`])} />`
       : html`<p class="muted">This version is deleted or destroyed.</p>`}
     ${v2 ? html`<${Async} state=${meta}>${(m) => {
       const md = m.data;

@@ -20,34 +20,38 @@ export function Organizations() {
 export function WorkspaceList({ org, search }) {
   const params = new URLSearchParams(search);
   const q = params.get("q") || "";
+  const tag = params.get("tag") || "";
   const page = Number(params.get("page") || "1") || 1;
   const [text, setText] = useState(q);
   const state = useAsync(
     () => get("workspace", `/api/v2/organizations/${enc(org)}/workspaces`, {
-      query: { "search[name]": q, "page[number]": String(page), "page[size]": "20" },
+      query: { "search[name]": q, "search[tags]": tag, "page[number]": String(page), "page[size]": "20" },
     }),
-    [org, q, page],
+    [org, q, tag, page],
   );
-  const go = (nq, np) => {
+  const href = (nq, nt, np) => {
     const s = new URLSearchParams();
     if (nq) s.set("q", nq);
+    if (nt) s.set("tag", nt);
     if (np > 1) s.set("page", String(np));
-    navigate(`/ui/workspaces/${enc(org)}${s.toString() ? "?" + s : ""}`);
+    return `/ui/workspaces/${enc(org)}${s.toString() ? "?" + s : ""}`;
   };
+  const go = (nq, np) => navigate(href(nq, tag, np));
   return html`<${Page} title=${`Workspaces in ${org}`}>
     <form role="search" class="inline" onSubmit=${(e) => { e.preventDefault(); go(text.trim(), 1); }}>
       <label for="ws-search">Search workspaces by name</label>
       <input id="ws-search" name="search" type="search" value=${text} onInput=${(e) => setText(e.target.value)} />
       <button type="submit">Search</button>
     </form>
+    ${tag ? html`<p>Tagged <span class="tag">${tag}</span> <${Link} href=${href(q, "", 1)}>Show every tag</${Link}></p>` : null}
     <${Async} state=${state}>${(doc) => {
       const pg = (doc.meta && doc.meta.pagination) || {};
       return html`
         <${Table} caption="Workspaces" head=${["Name", "Tags", "Terraform", "Lock", "Updated"]}
-          empty=${q ? `No workspace matches “${q}”.` : "This organization has no workspaces."}
+          empty=${q || tag ? "No workspace matches this search." : "This organization has no workspaces."}
           rows=${doc.data.map((w) => [
             html`<${Link} href=${`/ui/workspaces/${enc(org)}/${enc(w.attributes.name)}`}>${w.attributes.name}</${Link}>`,
-            html`<ul class="tags" aria-label="tags">${(w.attributes["tag-names"] || []).map((t) => html`<li class="tag">${t}</li>`)}</ul>`,
+            html`<ul class="tags" aria-label="tags">${(w.attributes["tag-names"] || []).map((t) => html`<li class="tag"><${Link} href=${href(q, t, 1)} aria-label=${`Workspaces tagged ${t}`}>${t}</${Link}></li>`)}</ul>`,
             w.attributes["terraform-version"] || "",
             w.attributes.locked ? "locked" : "unlocked",
             fmtTime(w.attributes["updated-at"]),

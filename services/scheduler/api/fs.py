@@ -23,11 +23,17 @@ from shared.messages import HttpResponse
 NODE_TIMEOUT = 10.0
 FOLLOW_POLL = 0.25
 FOLLOW_WAIT = 5.0  # a followed read's chunk waits this long for new output
-LOG_OFFSET = "X-Sched-Log-Offset"
+LOG_OFFSET = "X-Sched-Log-Offset"  # a file stream's next offset
 LOG_DONE = "X-Sched-Log-Done"
+# A followed read's position, "<log file number>:<offset in it>": the scheduler answers it in
+# LOG_POSITION and the gateway sends it back in LOG_RESUME for the next chunk (an offset from
+# the oldest kept byte would move when rotation deletes a file).
+LOG_POSITION = "X-Sched-Log-Position"
+LOG_RESUME = "x-sched-log-resume"
 # Set by the gateway on the follow-up chunks of one /v1/client/fs/stream (gateway/streams.py):
 # a file gone by then was deleted while streamed, which is a frame, not a 404.
 STREAM_RESUME = "x-sched-stream-resume"
+MAX_INT64 = 2**63 - 1
 READ_LIMIT = 4 * 1024 * 1024  # per answer: bounded memory
 FRAME_SIZE = 64 * 1024  # Nomad's largest stream frame
 
@@ -53,8 +59,8 @@ def _int(req: Request, name: str, default: int = 0) -> int:
         value = int(raw)
     except ValueError:
         raise bad(f"Failed to parse {name}: {raw!r} is not an integer") from None
-    if value < 0:
-        raise bad(f"{name} must be non-negative")
+    if not 0 <= value <= MAX_INT64:  # Nomad parses these as int64
+        raise bad(f"{name} must be between 0 and {MAX_INT64}")
     return value
 
 
@@ -136,6 +142,14 @@ async def readat(ctx: ApiContext, req: Request, alloc_id: str) -> Any:
     return _raw((await _ask(ctx, a, fr)).data)
 
 
+def _log_position(raw: str) -> tuple[int, int]:
+    file, _, offset = raw.partition(":")
+    digits = all(x.isascii() and x.isdigit() and len(x) <= 19 for x in (file, offset))
+    if not digits or max(int(file), int(offset)) > MAX_INT64:
+        raise bad(f"invalid log position {raw[:40]!r}")
+    return int(file), int(offset)
+
+
 def _frames(frames: list[tuple[str, int, bytes]]) -> bytes:
     # Nomad's StreamFrame objects, back to back; Data is base64 as Go encodes []byte.
     return b"".join(
@@ -169,25 +183,27 @@ async def logs(ctx: ApiContext, req: Request, alloc_id: str) -> Any:
         offset=offset,
         limit=READ_LIMIT,
     )
+    if resume := req.headers.get(LOG_RESUME):
+        fr.log_file, fr.offset = _log_position(resume)
     reply = await _ask(ctx, a, fr)
     frames = list(reply.frames)
-    base = offset if origin == "start" else max(0, reply.total - offset)
     headers: dict[str, str] = {}
     if follow:
         # One chunk of a followed read: what is there now, else what the task writes within
-        # FOLLOW_WAIT; the gateway asks again from X-Sched-Log-Offset until X-Sched-Log-Done
+        # FOLLOW_WAIT; the gateway asks again from LOG_POSITION until X-Sched-Log-Done
         # (services/gateway/streams.py), so the client sees one stream.
         deadline = time.monotonic() + FOLLOW_WAIT
-        fr.origin = "start"
         while not frames and not reply.task_dead and time.monotonic() < deadline:
             await asyncio.sleep(FOLLOW_POLL)
-            fr.offset = base
+            fr.log_file, fr.offset = reply.log_file, reply.log_offset
             with contextlib.suppress(HttpError):
                 reply = await _ask(ctx, a, fr)
                 frames = list(reply.frames)
-        sent = sum(len(d) for _, _, d in frames)
-        done = reply.task_dead and base + sent >= reply.total
-        headers = {LOG_OFFSET: str(base + sent), LOG_DONE: "true" if done else "false"}
+        done = reply.task_dead and reply.total == 0
+        headers = {
+            LOG_POSITION: f"{reply.log_file}:{reply.log_offset}",
+            LOG_DONE: "true" if done else "false",
+        }
     if plain:
         resp = _raw(b"".join(d for _, _, d in frames))
     else:

@@ -166,13 +166,15 @@ def paths() -> dict[str, Any]:
             "parameters": alloc,
             "get": _op(
                 "allocLogs",
-                "a task's stdout/stderr (framed JSON, or plain text with plain=true)",
+                "a task's stdout/stderr (framed JSON, or plain text with plain=true), across "
+                "its rotated files; follow=true streams until the task is dead",
                 RAW,
                 query=[
                     _q("task", STR, required=True),
                     _q("type", {"type": "string", "enum": ["stdout", "stderr"]}, required=True),
                     _q("origin", {"type": "string", "enum": ["start", "end"]}),
                     _q("offset", INT0),
+                    _q("follow", {"type": "boolean"}),
                     _q("plain", {"type": "boolean"}),
                 ],
             ),

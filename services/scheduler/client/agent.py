@@ -25,6 +25,7 @@ from services.scheduler import sealbox, wire
 from services.scheduler.client import fsops, identity, statsrpc
 from services.scheduler.client.allocrunner import AllocRunner
 from services.scheduler.client.drivers import Driver, MockDriver, RawExecDriver
+from services.scheduler.client.taskdir import TaskUsers
 from services.scheduler.client.taskenv import JobInfo
 from shared import service_proof
 from shared.api_session import SessionClient
@@ -52,6 +53,8 @@ class NodeConfig:
     meta: dict[str, str] = field(default_factory=dict)
     drivers: tuple[str, ...] = ("raw_exec", "mock")
     data_dir: str = ""
+    # Who tasks run as when the agent is root (client settings task_user, allow_root_tasks).
+    task_users: TaskUsers = field(default_factory=TaskUsers)
 
 
 def build_node(cfg: NodeConfig, node_id: str, name: str) -> dict[str, Any]:
@@ -129,8 +132,9 @@ class ClientAgent:
         self.cfg = node_config or NodeConfig()
         self.data_dir = self.cfg.data_dir or tempfile.mkdtemp(prefix="trellis-client-")
         os.makedirs(self.data_dir, mode=0o700, exist_ok=True)
-        # Traversable, not listable: a task running as its `user` reaches its own dir below.
-        os.chmod(self.data_dir, 0o711)
+        # Traversable, not listable: a task running as its `user` (only a root agent switches
+        # users) reaches its own dir below.
+        os.chmod(self.data_dir, 0o711 if os.geteuid() == 0 else 0o700)
         base = self.cfg.name or socket.gethostname()
         count = max(simulate, 1)
         self.nodes: dict[str, dict[str, Any]] = {}
@@ -276,12 +280,15 @@ class ClientAgent:
                 alloc_dir, req.path, req.origin, req.offset, req.limit
             )
         elif req.op == "logs":
-            reply.frames = fsops.read_logs(
-                alloc_dir, req.task, req.stream, req.origin, req.offset, req.limit
-            )
-            reply.total = fsops.logs_size(alloc_dir, req.task, req.stream)
+            # Dead before the read: then nothing the read missed can follow it.
             tr = runner.tasks.get(req.task) if runner is not None else None
             reply.task_dead = tr is None or tr.dead
+            at = (req.log_file, req.offset)
+            if req.log_file < 0:
+                at = fsops.log_position(alloc_dir, req.task, req.stream, req.origin, req.offset)
+            reply.frames, (reply.log_file, reply.log_offset), reply.total = fsops.read_logs_at(
+                alloc_dir, req.task, req.stream, at, req.limit
+            )
         else:
             raise fsops.FsError(400, f"unknown fs operation {req.op!r}")
 
@@ -404,6 +411,7 @@ class ClientAgent:
                     payload=_payload(info.get("Payload")),
                 ),
                 fetch=self.fetch_secrets,
+                users=self.cfg.task_users,
             )
             self.runners[alloc["ID"]] = runner
             runner.start()
@@ -503,6 +511,7 @@ async def run_client(
         node_pool=node_pool,
         drivers=drivers if not simulate else ("mock",),
         data_dir=data_dir,
+        task_users=TaskUsers(settings.client_task_user, settings.client_allow_root_tasks),
     )
     agent = ClientAgent(bus, settings, cfg, simulate=simulate)
     await agent.start()

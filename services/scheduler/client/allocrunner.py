@@ -12,7 +12,13 @@ from typing import Any
 
 from services.scheduler.client.drivers import Driver
 from services.scheduler.client.events import rfc3339
-from services.scheduler.client.taskdir import RunAs, UserError, build_alloc_dir, resolve_user
+from services.scheduler.client.taskdir import (
+    RunAs,
+    TaskUsers,
+    UserError,
+    build_alloc_dir,
+    resolve_user,
+)
 from services.scheduler.client.taskenv import JobInfo, TaskDirs, build_task_env, interpolate
 from services.scheduler.client.taskrunner import TaskRunner
 
@@ -29,8 +35,10 @@ class AllocRunner:
         on_update: Callable[[str, dict[str, Any]], None],
         job: JobInfo | None = None,
         fetch: Any = None,
+        users: TaskUsers = TaskUsers(),
     ) -> None:
         self.alloc = alloc
+        self.users = users
         self.group = group
         self.node = node
         self.on_update = on_update
@@ -61,17 +69,20 @@ class AllocRunner:
                 payload=self.job.payload,
                 fetch=fetch,
                 alloc_id=alloc["ID"],
+                users=users,
             )
 
     def _shared_owner(self) -> RunAs | None:
-        """The shared alloc/ dir belongs to the tasks' user when they all run as one."""
+        """The shared alloc/ dir belongs to the tasks' user when they all run as one (those
+        naming no `user` run as the client's default task user)."""
         users = {str(t.get("User") or "") for t in self.group.get("Tasks") or []}
-        if len(users) != 1 or "" in users:
+        if len(users) != 1:
             return None
         try:
-            return resolve_user(users.pop())
+            owner = resolve_user(users.pop(), self.users)
         except UserError:
             return None  # the task's own setup reports it
+        return owner if owner.uid is not None else None
 
     def start(self) -> None:
         if any(getattr(tr.driver, "needs_dirs", False) for tr in self.tasks.values()):

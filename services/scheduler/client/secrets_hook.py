@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.scheduler.client import template as tmpl
+from services.scheduler.client.beneath import write_file
 from services.scheduler.tasksecrets import vault_block
 
 # (alloc id, task name, secret paths) -> {"token": ..., "secrets": {path: response or None}}
@@ -67,19 +68,6 @@ def needs_hook(task: dict[str, Any]) -> bool:
     return vault_block(task) is not None or bool(task.get("Templates"))
 
 
-def _write_private(path: str, data: bytes, mode: int, uid: int | None, gid: int | None) -> None:
-    """Written beside and renamed into place: a reader never sees half a secret."""
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.chmod(tmp, mode)
-    if uid is not None:
-        os.chown(tmp, uid, gid if gid is not None else -1)
-    os.replace(tmp, path)
-
-
 class SecretsHook:
     def __init__(
         self,
@@ -115,9 +103,8 @@ class SecretsHook:
         for t in self.templates:
             text = rendered[t.dest]
             mode = 0o600 if t.dest.split(os.sep)[0] == "secrets" else t.perms
-            _write_private(
-                os.path.join(self.task_dir, t.dest), text.encode(), mode, self.uid, self.gid
-            )
+            # The task owns its dir: never through a symlink it planted (beneath.py).
+            write_file(self.task_dir, t.dest, text.encode(), mode, self.uid, self.gid)
 
     def env_from(self, rendered: dict[str, str]) -> dict[str, str]:
         env: dict[str, str] = {}
@@ -131,12 +118,8 @@ class SecretsHook:
         rendered, token = await self._render_all(base_env)
         extra: dict[str, str] = {}
         if self.vault is not None:
-            _write_private(
-                os.path.join(self.task_dir, "secrets", TOKEN_FILE),
-                token.encode(),
-                0o600,
-                self.uid,
-                self.gid,
+            write_file(
+                self.task_dir, f"secrets/{TOKEN_FILE}", token.encode(), 0o600, self.uid, self.gid
             )
             if self.vault["Env"]:
                 extra["VAULT_TOKEN"] = token

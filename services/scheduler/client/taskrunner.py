@@ -13,9 +13,16 @@ from typing import Any
 import structlog
 
 from services.scheduler.client import events as ev
+from services.scheduler.client.beneath import write_file
 from services.scheduler.client.drivers import Driver, DriverError, ExitResult, TaskHandle
 from services.scheduler.client.secrets_hook import Fetch, SecretsError, SecretsHook, needs_hook
-from services.scheduler.client.taskdir import RunAs, UserError, build_task_dir, resolve_user
+from services.scheduler.client.taskdir import (
+    RunAs,
+    TaskUsers,
+    UserError,
+    build_task_dir,
+    resolve_user,
+)
 from services.scheduler.client.taskenv import TaskDirs
 from shared.errors import ServiceError
 
@@ -50,8 +57,10 @@ class TaskRunner:
         payload: bytes = b"",
         fetch: Fetch | None = None,
         alloc_id: str = "",
+        users: TaskUsers = TaskUsers(),
     ) -> None:
         self.task = task
+        self.users = users
         self.payload = payload
         self.fetch = fetch
         self.alloc_id = alloc_id
@@ -106,7 +115,7 @@ class TaskRunner:
         if self.driver is None or not getattr(self.driver, "needs_dirs", False):
             return True
         try:
-            self.run_as = resolve_user(str(self.task.get("User") or ""))
+            self.run_as = resolve_user(str(self.task.get("User") or ""), self.users)
             build_task_dir(self.dirs, self.run_as)
             self._write_payload()
         except (UserError, OSError) as exc:
@@ -186,13 +195,11 @@ class TaskRunner:
         rel = os.path.normpath(name)
         if rel.startswith("..") or os.path.isabs(rel):
             raise UserError(f"dispatch_payload file {name!r} escapes the task's local dir")
-        path = os.path.join(self.dirs.local, rel)
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(self.payload)
-        if self.run_as.uid is not None:
-            os.chown(path, self.run_as.uid, self.run_as.gid if self.run_as.gid is not None else -1)
+        # Through no symlink the task planted in its own dir (a restart writes it again).
+        who = self.run_as
+        write_file(
+            self.dirs.task, os.path.join("local", rel), self.payload, 0o600, who.uid, who.gid
+        )
 
     async def _run(self) -> None:
         self.emit(ev.event(*ev.SETUP))

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import msgspec
 
 from services.secrets.auth.token_lookup import LookupRenderer
+from services.secrets.auth.token_params import parse_cidrs
 from services.secrets.core.dispatch import auth_block
 from services.secrets.core.namespaces import ROOT
 from services.secrets.core.tokens import TokenEntry, random_b62
@@ -230,6 +231,10 @@ class TokenBackend(Backend):
         if ttl == 0 and policies != ["root"]:
             ttl = default_ttl
         warnings: list[str] = []
+        policy_store = self.core.policies
+        for name in policies:  # as Vault: created anyway, with a warning per unknown policy
+            if name != "root" and not await policy_store.exists(req.namespace, name):
+                warnings.append(f'Policy "{name}" does not exist')
         if explicit_max:
             if ttl > explicit_max:
                 warnings.append(
@@ -267,6 +272,8 @@ class TokenBackend(Backend):
             role=role.role_name if role else "",
             # As Vault: a child token acts for its parent's entity; an orphan for none.
             entity_id="" if (orphan or f.no_parent) else parent.entity_id,
+            # As Vault: the role's CIDRs bind every token made through it.
+            bound_cidrs=list(role.token_bound_cidrs) if role else [],
         )
         try:
             if kind == "batch":
@@ -405,6 +412,7 @@ class TokenBackend(Backend):
                 raise bad_request("invalid 'token_type' value")
             if f.token_type == "default":
                 f.token_type = "default-service"
+            f.token_bound_cidrs = parse_cidrs(f.token_bound_cidrs, "token_bound_cidrs")
             await self.storage.put_obj(f"roles/{f.role_name}", f)
             return Response()
 

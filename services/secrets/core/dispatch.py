@@ -59,6 +59,7 @@ SEALED_OK = {
     "sys/leader",
     "sys/replication/dr/status",
     "sys/internal/specs/openapi",
+    "sys/internal/readiness",
 }
 
 # DR replication paths answer while sealed (a secondary always is); each checks its own auth.
@@ -66,7 +67,11 @@ DR_PREFIX = "sys/replication/dr/"
 
 
 def _dr_secondary_ok(path: str) -> bool:
-    return path.startswith(DR_PREFIX) or path.rstrip("/") in ("sys/health", "sys/seal-status")
+    return path.startswith(DR_PREFIX) or path.rstrip("/") in (
+        "sys/health",
+        "sys/seal-status",
+        "sys/internal/readiness",
+    )
 
 
 _METHODS = {
@@ -221,6 +226,9 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
         entry = await _authenticate(core, token_id, env.remote_addr)
         if entry is None:
             raise permission_denied()
+        # As OpenBao: help for a mount's root, or for a path one of its routes serves.
+        if rel.strip("/") and backend.route(rel) is None:
+            raise SecretsError(404, f"unsupported path: {ns_path}")
         doc = help_document(backend, rel, mount_path, ns)
         return HttpResponse(status=200, headers=JSON, body=_enc.encode(doc))
 

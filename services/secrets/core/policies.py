@@ -84,6 +84,10 @@ class PolicyStore:
                 self._parsed[key] = None
         return self._parsed[key]
 
+    async def exists(self, ns: Namespace, name: str) -> bool:
+        """Whether a policy of this name can be used (memoised with the parsed policies)."""
+        return await self._policy(ns, name) is not None
+
     def known_acl(self, ns: Namespace, names: list[str]) -> ACL | None:
         """The ACL `acl` would answer for these names as listed, if already built."""
         return self._acls.get((ns.id, tuple(names)))

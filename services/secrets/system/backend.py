@@ -15,6 +15,7 @@ from services.secrets.system import (
     password_policy_paths,
     plugin_paths,
     policy_paths,
+    readiness_paths,
     rekey_paths,
     remount_status_paths,
     replication_paths,
@@ -46,6 +47,8 @@ MODULES += [rotate_paths, rekey_paths]
 MODULES += [metrics_paths]
 # sys/audit and sys/audit-hash as OpenBao answers them without API-managed devices.
 MODULES += [audit_paths]
+# What the secrets listener's readiness probe asks of the services behind (issue 20).
+MODULES += [readiness_paths]
 
 
 class SystemBackend(Backend):

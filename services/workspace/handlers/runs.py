@@ -40,6 +40,7 @@ MAX_CONFIG = 10 * 1024 * 1024  # a configuration's .tar.gz (HCP Terraform's limi
 MAX_UNPACKED = 100 * 1024 * 1024
 MAX_MEMBERS = 20_000
 MAX_LOG_CHUNK = 256 * 1024
+MAX_PLAN_FILE = 10 * 1024 * 1024  # a saved plan travels like a configuration
 RUN_TOKEN_TTL = 2 * 3600.0
 
 
@@ -54,6 +55,14 @@ def _config_blob(cv_id: str) -> str:
 
 def _config_aad(cv_id: str) -> str:
     return f"config:{cv_id}"
+
+
+def plan_file_blob(run_id: str) -> str:
+    return f"{run_id}.tfplan"
+
+
+def _plan_file_aad(run_id: str) -> str:
+    return f"planfile:{run_id}"
 
 
 async def log_capability(r: Req, phase_id: str) -> str:
@@ -151,6 +160,19 @@ async def cv_upload(r: Req) -> HttpResponse:
     await r.write("cv.upload", {"id": cv.id, "size": len(raw), "error": problem or ""})
     if problem:
         raise ApiError(422, problem)
+    ws = r.state.workspaces.get(cv.workspace_id)
+    if cv.auto_queue_runs and ws is not None and ws.execution_mode != "local":
+        # HCP Terraform's default: the upload queues a run (the CLI asks for none).
+        await r.write(
+            "run.create",
+            {
+                "id": new_id("run"),
+                "workspace_id": ws.id,
+                "cv_id": cv.id,
+                "message": "Queued by a configuration version upload",
+                "by": [],
+            },
+        )
     return respond(200)
 
 
@@ -464,6 +486,7 @@ async def runner_redeem(r: Req) -> HttpResponse:
         "workspace_id": ws.id,
         "configuration_version_id": run.cv_id,
         "is_destroy": run.is_destroy,
+        "plan_only": run.plan_only,
         "variables": await _variables(r, ws),
     }
     return HttpResponse(
@@ -489,6 +512,30 @@ async def runner_log(r: Req) -> HttpResponse:
     if data:
         await r.write("run.log", {"id": run.id, "phase": which, "data": data})
     return respond(204)
+
+
+async def runner_plan_put(r: Req) -> HttpResponse:
+    """The plan task saves its plan file: the apply applies exactly what was planned and
+    confirmed, never a new plan (variables or state may have changed in between). The file
+    holds variable values in clear, so it is sealed like states."""
+    run = _own_run(r)
+    if run.plan_only or run.plan.status != "running":
+        raise ApiError(409, f"the plan is {run.plan.status}; no plan file is due")
+    raw = r.http.body
+    if not raw or len(raw) > MAX_PLAN_FILE:
+        raise ApiError(413, "a plan file must be 1 byte to 10 MiB")
+    key = await r.key_store.get(STATE_KEY)
+    await r.blob_store.put(plan_file_blob(run.id), seal(key, raw, _plan_file_aad(run.id)))
+    return respond(204)
+
+
+async def runner_plan_get(r: Req) -> HttpResponse:
+    """The apply task reads the plan file its run's plan saved."""
+    run = _own_run(r)
+    if run.apply.status != "running":
+        raise not_found("plan file")
+    raw = await r.open_blob(plan_file_blob(run.id), _plan_file_aad(run.id), "plan file")
+    return HttpResponse(status=200, headers={"content-type": "application/octet-stream"}, body=raw)
 
 
 async def runner_result(r: Req) -> HttpResponse:

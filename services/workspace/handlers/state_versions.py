@@ -14,6 +14,7 @@ import msgspec
 from services.workspace import render_state, tfstate
 from services.workspace.capability import UPLOAD_PARAM, new_capability, require_upload
 from services.workspace.context import Req
+from services.workspace.handlers.runs import public_base
 from services.workspace.jsonapi import (
     ApiError,
     Attrs,
@@ -148,7 +149,8 @@ async def create(r: Req) -> HttpResponse:
         capability, upload_digest = new_capability()
         payload.update(status="pending", upload_digest=upload_digest)
         upload_url = (
-            f"{render_state.API}/state-versions/{sv_id}/content?{UPLOAD_PARAM}={capability}"
+            f"{public_base(r)}{render_state.API}/state-versions/{sv_id}/content"
+            f"?{UPLOAD_PARAM}={capability}"
         )
     try:
         await r.write("sv.create", payload)
@@ -158,7 +160,7 @@ async def create(r: Req) -> HttpResponse:
             await r.blob_store.delete(_values_blob(sv_id))
         raise
     sv = r.state.state_versions[sv_id]
-    return respond(201, {"data": render_state.state_version(sv, upload_url)})
+    return respond(201, {"data": render_state.state_version(sv, public_base(r), upload_url)})
 
 
 async def upload(r: Req) -> HttpResponse:
@@ -205,7 +207,7 @@ INCLUDES = ("outputs", "created_by", "run", "run.created_by", "run.configuration
 async def _one(r: Req, sv: StateVersion) -> HttpResponse:
     """A state version, with `include=outputs` (sensitive values withheld) if asked for; the
     other documented includes name resources this service does not have yet (runs)."""
-    doc: dict[str, Any] = {"data": render_state.state_version(sv)}
+    doc: dict[str, Any] = {"data": render_state.state_version(sv, public_base(r))}
     inc = include_param(r.query, INCLUDES)
     if inc:
         doc["included"] = []
@@ -232,7 +234,8 @@ async def list_(r: Req) -> HttpResponse:
     ws = r.workspace_filtered("read-state")
     # Newest first, as HCP Terraform lists them.
     items = [r.state.state_versions[i] for i in reversed(r.state.sv_by_ws.get(ws.id, []))]
-    return respond(200, r.list_doc(items, render_state.state_version))
+    base = public_base(r)
+    return respond(200, r.list_doc(items, lambda sv: render_state.state_version(sv, base)))
 
 
 async def download(r: Req) -> HttpResponse:

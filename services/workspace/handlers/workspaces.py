@@ -8,6 +8,7 @@ from typing import Any
 from services.workspace import render, render_state
 from services.workspace.context import Req
 from services.workspace.handlers import state_versions
+from services.workspace.handlers.runs import public_base
 from services.workspace.jsonapi import (
     ApiError,
     Attrs,
@@ -251,7 +252,7 @@ async def included_for(r: Req, workspaces: list[Workspace], inc: list[str]) -> l
         if ("current_state_version" in inc or "current-state-version" in inc) and (
             "read-state" in caps
         ):
-            add(render_state.state_version(sv))
+            add(render_state.state_version(sv, public_base(r)))
         if "outputs" in inc and "read-state-outputs" in caps:
             for doc in await state_versions.workspace_outputs(r, sv):
                 add(doc)
