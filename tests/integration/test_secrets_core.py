@@ -328,7 +328,13 @@ async def test_bad_input_gets_documented_errors(nats_url: str) -> None:
             async with s.get(c.secrets_url + "/v1/sys/health") as r:
                 assert r.status == 200 and (await r.json())["sealed"] is False
             async with s.get(c.secrets_url + "/readyz") as r:
-                assert r.status == 200
+                # This cluster runs no crypto worker, which the secrets service relies on:
+                # the listener says so (tests/e2e/test_supervision.py covers the ready case).
+                ready = await r.json()
+                assert r.status == 503 and ready["gateway"] is True, ready
+                assert ready["service"]["status"] == 200, ready
+                assert [b["name"] for b in ready["service"]["behind"]] == ["crypto"], ready
+                assert ready["service"]["behind"][0]["ready"] is False, ready
             async with s.get(c.secrets_url + "/metrics") as r:
                 assert "trellis_gateway_requests_total" in await r.text()
     finally:

@@ -270,11 +270,8 @@ class Placer:
         """Pick a node for one allocation of `tg` and reserve its resources there."""
         ctx = self._group(tg)
         penalty = penalty or set()
-        m = Metrics(NodesInPool=len(self.in_pool))
-        for n in self.candidates:
-            m.NodesAvailable[n.get("Datacenter", "")] = (
-                m.NodesAvailable.get(n.get("Datacenter", ""), 0) + 1
-            )
+        # Counted once per placer, not per placement (that was half the time on 1,000 nodes).
+        m = Metrics(NodesInPool=len(self.in_pool), NodesAvailable=dict(self.available))
         m.NodesFiltered = sum(ctx.filtered.values())
         m.ConstraintFiltered = dict(ctx.filtered) or None
         best: tuple[float, dict[str, Any]] | None = None
