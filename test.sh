@@ -12,6 +12,8 @@ command -v gpg >/dev/null || need_apt+=(gnupg)
 command -v useradd >/dev/null || need_apt+=(passwd)
 command -v nft >/dev/null || need_apt+=(nftables)
 command -v ip >/dev/null || need_apt+=(iproute2)
+# The PID-1 supervision tests run trellis under `unshare --pid`.
+command -v unshare >/dev/null || need_apt+=(util-linux)
 # bench/vs_openbao.py drives both servers with wrk (its parsing is unit-tested).
 command -v wrk >/dev/null || need_apt+=(wrk)
 # The web console's browser tests: Debian's headless chromium and its driver.

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -138,11 +139,37 @@ def ended(api: Api, token: str, run_id: str) -> dict[str, Any]:
     return until(final, 90, "the run to end")
 
 
-def test_cancel_during_apply_interrupts_terraform(trellis: DevProcess, tmp_path: Path) -> None:
+@dataclass
+class Applying:
+    """A `terraform apply` held at its state read: what the tests act on."""
+
+    api: Api
+    ws: str
+    token: str
+    run: dict[str, Any]
+    held: HeldState
+
+
+@contextlib.contextmanager
+def applying(trellis: DevProcess, tmp_path: Path, name: str) -> Iterator[Applying]:
+    """`held_apply`, then the CLI killed (if still running) and the held backend closed."""
     held = HeldState()
     cli: subprocess.Popen[str] | None = None
     try:
-        api, ws, token, cli, run = held_apply(trellis, tmp_path, "cancel", held)
+        api, ws, token, cli, run = held_apply(trellis, tmp_path, name, held)
+        yield Applying(api, ws, token, run, held)
+        out, _ = cli.communicate(timeout=120)
+        assert cli.returncode != 0, out  # the CLI reports the run did not apply
+    finally:
+        if cli is not None and cli.poll() is None:
+            cli.kill()
+            cli.wait()
+        held.close()
+
+
+def test_cancel_during_apply_interrupts_terraform(trellis: DevProcess, tmp_path: Path) -> None:
+    with applying(trellis, tmp_path, "cancel") as a:
+        api, ws, token, run, held = a.api, a.ws, a.token, a.run, a.held
         api.ok("POST", f"/runs/{run['id']}/actions/cancel", token, None, 202)
         # The run holds on until terraform stopped: its apply log shows the interrupt.
         apply_id = run["relationships"]["apply"]["data"]["id"]
@@ -165,22 +192,13 @@ def test_cancel_during_apply_interrupts_terraform(trellis: DevProcess, tmp_path:
         log = requests.get(url, verify=trellis.ca_file, timeout=10).content
         assert b"Gracefully shutting down" in log and log.endswith(b"\x03"), log
         assert api.ok("GET", f"/workspaces/{ws}", token)["data"]["attributes"]["locked"] is False
-        out, _ = cli.communicate(timeout=120)
-        assert cli.returncode != 0, out
-    finally:
-        if cli is not None and cli.poll() is None:
-            cli.kill()
-            cli.wait()
-        held.close()
 
 
 def test_force_cancel_kills_the_apply_at_once(trellis: DevProcess, tmp_path: Path) -> None:
     """force-cancel ends the run and frees the workspace at once, and its task is killed
     (SIGKILL), not left the graceful stop's two minutes."""
-    held = HeldState()
-    cli: subprocess.Popen[str] | None = None
-    try:
-        api, ws, token, cli, run = held_apply(trellis, tmp_path, "force", held)
+    with applying(trellis, tmp_path, "force") as a:
+        api, ws, token, run = a.api, a.ws, a.token, a.run
         api.ok("POST", f"/runs/{run['id']}/actions/force-cancel", token, None, 202)
         doc = api.ok("GET", f"/runs/{run['id']}", token)["data"]["attributes"]
         assert doc["status"] == "canceled" and "force-canceled-at" in doc["status-timestamps"]
@@ -193,21 +211,12 @@ def test_force_cancel_kills_the_apply_at_once(trellis: DevProcess, tmp_path: Pat
 
         # Well within the kill timeout a plain stop would wait for (120 s).
         until(killed, 30, "the apply task to be killed")
-        out, _ = cli.communicate(timeout=120)
-        assert cli.returncode != 0, out
-    finally:
-        if cli is not None and cli.poll() is None:
-            cli.kill()
-            cli.wait()
-        held.close()
 
 
 def test_client_node_dies_during_apply(trellis: DevProcess, tmp_path: Path) -> None:
     """Last in the module: the dev's client node does not come back."""
-    held = HeldState()
-    cli: subprocess.Popen[str] | None = None
-    try:
-        api, ws, token, cli, run = held_apply(trellis, tmp_path, "app", held)
+    with applying(trellis, tmp_path, "app") as a:
+        api, ws, token, run = a.api, a.ws, a.token, a.run
         (client,) = [p for p in direct_children(trellis.proc.pid) if child_role(p) == "client"]
         for pid in [client, *descendants(client)]:
             os.kill(pid, signal.SIGKILL)
@@ -224,10 +233,3 @@ def test_client_node_dies_during_apply(trellis: DevProcess, tmp_path: Path) -> N
         # Nothing was applied: no state version names this run.
         status, _ = api.call("GET", f"/workspaces/{ws}/current-state-version", token)
         assert status == 404
-        out, _ = cli.communicate(timeout=120)
-        assert cli.returncode != 0, out
-    finally:
-        if cli is not None and cli.poll() is None:
-            cli.kill()
-            cli.wait()
-        held.close()
