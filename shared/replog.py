@@ -108,6 +108,7 @@ class ReplicatedLog:
         self._sub: Any = None
         self._store: ObjectStore | None = None
         self._snap_task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     @property
     def applied_index(self) -> int:
@@ -130,6 +131,7 @@ class ReplicatedLog:
         log.info("replicated log started", stream=self.stream, index=self._applied)
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._sub is not None:
             with contextlib.suppress(Exception):
                 await self._sub.unsubscribe()
@@ -235,6 +237,15 @@ class ReplicatedLog:
             log.info("snapshot written", stream=self.stream, index=index, bytes=len(data))
         except Exception:
             log.exception("snapshot write failed", stream=self.stream)
+        else:
+            # Entries applied while this write ran skipped their turn; a quiet log gets no
+            # further apply to retry, so catch up once this task is done.
+            if self._applied - self._last_snapshot >= self.snapshot_every:
+                asyncio.get_running_loop().call_soon(self._catch_up_snapshot)
+
+    def _catch_up_snapshot(self) -> None:
+        if not self._stopping and self._applied - self._last_snapshot >= self.snapshot_every:
+            self._maybe_snapshot(self._applied)
 
     async def snapshot_now(self) -> int:
         """Write a snapshot of the current state at once (operators, tests); returns its index."""

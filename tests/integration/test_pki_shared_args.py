@@ -47,7 +47,12 @@ async def test_a_worker_that_lost_them_is_sent_them_once(nats_url: str) -> None:
     async with pki_cluster(nats_url) as c:
         worker = c.extra[0]
         assert isinstance(worker, CryptoService)
-        await ok(c, "POST", "pki/root/generate/internal", {"common_name": "r1", "key_type": "ec"})
+        await ok(
+            c,
+            "POST",
+            "pki/root/generate/internal",
+            {"common_name": "r1", "key_type": "ec", "ttl": "87600h"},
+        )
         await ok(c, "POST", "pki/roles/web", {"allow_any_name": True, "key_type": "ec"})
         calls = spy_on(worker)
         for i in range(3):
@@ -102,7 +107,12 @@ async def test_each_leaf_signed_by_the_issuer_its_response_names(nats_url: str) 
                     c,
                     "POST",
                     "pki/root/generate/internal",
-                    {"common_name": f"rot{n}", "key_type": "ec", "issuer_name": f"rot{n}"},
+                    {
+                        "common_name": f"rot{n}",
+                        "key_type": "ec",
+                        "issuer_name": f"rot{n}",
+                        "ttl": "87600h",
+                    },
                 )
             )["data"]
             for n in range(3)

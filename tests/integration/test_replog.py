@@ -165,7 +165,8 @@ async def test_periodic_snapshot_only_by_leader(nc: Client, unique: str) -> None
     assert m.restored_from == 0  # nobody was allowed to write one
     for i in range(12, 20):
         await b.append("add", f"n{i}".encode())
-    await until(lambda: b._snap_task is not None and b._snap_task.done())
+    # Written while replaying (index 5) and again after the appends, by b alone.
+    await until(lambda: b._last_snapshot > 12 and b._snap_task is not None and b._snap_task.done())
     await b.stop()
     m2 = Names()
     c = ReplicatedLog(js, unique, m2)
