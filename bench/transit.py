@@ -4,6 +4,7 @@ Ed25519 and with RSA-2048, the same closed-loop Python load for both servers, in
 
     python bench/transit.py [--seconds 4] [--clients 32] [--rounds 2] [--load python|wrk]
                             [--secrets-replicas 1] [--crypto-processes 2]
+                            [--dev-arg=--gateways=1 ...]
 
 Prints each operation's rate on both and the ratio Trellis / OpenBao (goal: each >= 1); with
 `--load wrk` also the CPU each request cost on both, by Trellis process.
@@ -135,6 +136,7 @@ async def run(args: argparse.Namespace) -> int:
         str(args.secrets_replicas),
         "--crypto-processes",
         str(args.crypto_processes),
+        *args.dev_arg,
     ]
     with openbao_dev() as bao, trellis_dev(*extra) as dev:
         bao_ct = await prepare(bao.addr, bao.token)
@@ -212,6 +214,9 @@ def main() -> None:
     parser.add_argument("--secrets-replicas", type=int, default=1)
     parser.add_argument("--crypto-processes", type=int, default=2)
     parser.add_argument("--load", choices=("python", "wrk"), default="python")
+    parser.add_argument(
+        "--dev-arg", action="append", default=[], help="an extra `trellis dev` argument"
+    )
     sys.exit(asyncio.run(run(parser.parse_args())))
 
 

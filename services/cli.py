@@ -48,7 +48,9 @@ def main(argv: list[str] | None = None) -> None:
     dev.add_argument(
         "--tls",
         action="store_true",
-        help="serve HTTPS with a development CA issued by Trellis's own PKI engine",
+        help="serve HTTPS with a development CA issued by Trellis's own PKI engine; also write "
+        "a Terraform CLI config (credentials for the workspace listener) and create the "
+        "organization 'dev'",
     )
     dev.add_argument(
         "--tls-client-ca-file",

@@ -17,7 +17,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from services import dev_nats, dev_sched, dev_tls, dev_tools, gateway_procs, port_guard
+from services import (
+    dev_nats,
+    dev_sched,
+    dev_terraform,
+    dev_tls,
+    dev_tools,
+    gateway_procs,
+    port_guard,
+)
 from services.supervisor import (
     TRAVERSE_DIR,
     Child,
@@ -382,6 +390,11 @@ def run_dev(args: Any) -> int:
         # What the bootstrap added for every later service (--tls: serve HTTPS).
         tls = {k: v for k, v in sup.env.items() if env_before.get(k) != v}
         _release(sup, args, late, token, sched_secrets, tls)
+        tf_config = (
+            dev_terraform.prepare(args.workspace_addr, token, data_dir)
+            if getattr(args, "tls", False) and "workspace" in late
+            else None
+        )
         if sys.stderr.isatty():
             sys.stderr.write("\n")
         print(
@@ -392,7 +405,7 @@ Workspace API:  {dev_tls.scheme(args)}://{args.workspace_addr}
 Scheduler API:  {dev_tls.scheme(args)}://{args.scheduler_addr}
 NATS:           {nats_url}
 {_gateways_line(sup)}
-{dev_tls.banner(args, data_dir)}
+{dev_tls.banner(args, data_dir)}{dev_terraform.banner(tf_config)}
 Unseal Key: {key}
 Root Token: {token}
 

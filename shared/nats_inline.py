@@ -12,14 +12,16 @@ subscription (JetStream, broadcasts) keeps nats-py's own delivery.
 checks and PUB command of `publish`, queued for nats-py's flusher task without the chain of
 coroutines (and the task to run them) an awaited `publish` costs.
 
-Written against nats-py 2.16 (pinned in pyproject.toml): it overrides `_process_msg` and
-`_init_request_sub` and queues for the flusher as `_send_publish` does.
+Written against nats-py 2.16 (pinned in pyproject.toml): it overrides `_process_msg`,
+`_init_request_sub` and `_send_ping` (a flush's PING goes after what is pending, not ahead of
+it) and queues for the flusher as `_send_publish` does.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 from nats import errors
 from nats.aio.client import Client as NatsClient
@@ -37,6 +39,16 @@ class InlineClient(NatsClient):
         self._inline: dict[int, Deliver] = {}
         self._raw: dict[int, RawDeliver] = {}
         self._resp_prefix_len = 0
+
+    async def _send_ping(self, future: asyncio.Future[Any] | None = None) -> None:
+        # nats-py writes a PING straight to the socket, ahead of commands still queued for its
+        # flusher task: a flush() right after a subscribe() could then come back before the
+        # server read the SUB (a message sent meanwhile finds no subscriber). Write them first.
+        if self.is_connected and self._pending_data_size and self._transport is not None:
+            self._transport.writelines(self._pending)
+            self._pending = []
+            self._pending_data_size = 0
+        await super()._send_ping(future)
 
     def deliver_inline(self, sub: Subscription, deliver: Deliver) -> None:
         """From now on `sub`'s messages go to `deliver`, not to its callback."""

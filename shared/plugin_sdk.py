@@ -373,6 +373,9 @@ async def serve(plugin: Plugin, nats_url: str, prefix: str) -> None:
 
     await nc.subscribe(hello_subject(prefix), queue="plugin", cb=on_hello)
     await nc.subscribe(call_subject(prefix), queue="plugin", cb=on_call)
+    # nats-py writes a flush's PING ahead of SUBs still pending: send those first, so that the
+    # PONG proves the server has them before the host is told this plugin answers.
+    await nc._flush_pending(force_flush=True)
     await nc.flush()
 
     loop = asyncio.get_running_loop()

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from services.dev_launch import stop_process
 from shared.localnet import free_port
@@ -25,6 +26,20 @@ from shared.nats_binary import find_nats_server
 if TYPE_CHECKING:
     from tests.openbao import OpenBao
     from tests.procs import DevProcess
+
+# Property tests run the same examples on every run (a derived seed, no example database):
+# a rare input that fails is found by running more examples on purpose, not by a CI run at
+# random. No wall-clock limits either: on a loaded 2-core machine a 200 ms per-example deadline
+# or the too_slow health check fails tests that are merely slow. A test's own @settings still
+# overrides single values.
+settings.register_profile(
+    "trellis",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("trellis")
 
 
 def start_nats(

@@ -146,8 +146,10 @@ def create_app(
     ready: dict[str, bool],
     ui_proxies: dict[str, ui.Handler] | None = None,
     local: LocalStatus | None = None,
+    needs: tuple[ServiceProbe, ...] = (),
 ) -> Listener:
-    """`local`: answers sys/health, sys/seal-status and sys/leader from published state."""
+    """`local`: answers sys/health, sys/seal-status and sys/leader from published state;
+    `needs`: probes of the other services this API needs, for its /readyz."""
     subject = api.subject.on(settings.cluster_name)
     echo_subject = ECHO.on(settings.cluster_name)
     # No API envelope crosses the bus in the clear (docs/bus-security.md).
@@ -238,11 +240,18 @@ def create_app(
     probe = ServiceProbe(api.name, probe_send)
 
     async def readyz(_: BaseRequest) -> web.Response:
-        """Ready when this gateway serves and the service behind this listener answers."""
+        """Ready when this gateway serves, the service behind this listener answers, and so
+        do the other services its API needs (each named, with what is wrong)."""
         serving = ready.get("ready", False) and bus.nc.is_connected
-        service = await probe.check() if serving else {"name": api.name, "ready": False}
-        ok = serving and bool(service["ready"])
-        body = {"ready": ok, "gateway": serving, "service": service}
+        if not serving:
+            service: dict[str, object] = {"name": api.name, "ready": False}
+            needed = [{"name": p.api, "ready": False} for p in needs]
+        else:
+            service, *needed = await asyncio.gather(probe.check(), *(p.check() for p in needs))
+        ok = serving and all(bool(s["ready"]) for s in (service, *needed))
+        body: dict[str, object] = {"ready": ok, "gateway": serving, "service": service}
+        if needs:
+            body["needs"] = needed
         return web.json_response(body, status=200 if ok else 503)
 
     async def prometheus(_: BaseRequest) -> web.Response:

@@ -141,8 +141,7 @@ class LocalStatus:
             return None
         if kind == "seal":
             return 200, self._seal_body
-        # A DR secondary refuses sys/leader with an error the service words.
-        return None if state.dr_mode == "secondary" else (200, _LEADER)
+        return 200, _LEADER  # a DR secondary too (services/secrets/core/dispatch.py)
 
     def _health_answer(self, state: SecretsState, query: str) -> Answer | None:
         second = int(time.time())

@@ -13,6 +13,7 @@ from services.gateway.any_method import runner_for
 from services.gateway.apis import SCHEDULER, SECRETS, WORKSPACE
 from services.gateway.app import create_app
 from services.gateway.local_status import LocalStatus
+from services.gateway.readiness import NEEDS, needed_probes
 from services.gateway.tls import server_context
 from services.port_guard import split_addr
 from shared.bus import Bus
@@ -69,13 +70,18 @@ class Gateway:
         # port and the kernel spreads connections among them; one alone binds as it always did,
         # so a second one on its port fails with "address in use" (services/port_guard.py).
         share = self.settings.gateway_processes > 1
+        # Probes of the services the listeners' APIs need beside their own, shared by them.
+        needed = needed_probes(self.bus, self.settings)
         for api, addr in (
             (SECRETS, self.settings.secrets_addr),
             (WORKSPACE, self.settings.workspace_addr),
             (SCHEDULER, self.settings.scheduler_addr),
         ):
             local = self.local_status if api is SECRETS else None
-            app = create_app(api, self.bus, self.settings, self.state, self.ui_proxies, local)
+            needs = tuple(needed[n] for n in NEEDS.get(api.name, ()))
+            app = create_app(
+                api, self.bus, self.settings, self.state, self.ui_proxies, local, needs
+            )
             # A blocking query whose client went away stops waiting at once instead of holding
             # its connection's memory until its wait (up to 10 minutes) runs out.
             runner = runner_for(

@@ -99,8 +99,9 @@ class Worker:
             return  # already handled (a redelivery after a lost ack)
         attempts = MAX_ATTEMPTS.get(ev["Type"], 2)
         plan: Plan | None = None
-        rejected = 0
+        rejected = snapshot = 0
         for _ in range(attempts):
+            snapshot = self.replog.applied_index  # the state the plan is computed on
             plan = await self._compute(ev)
             rejected = await self._submit(plan)
             if not rejected:
@@ -109,7 +110,7 @@ class Worker:
             with contextlib.suppress(ApplyError):
                 await self.replog.barrier()
         assert plan is not None
-        await self._finish(ev, plan, retry=rejected > 0)
+        await self._finish(ev, plan, snapshot, retry=rejected > 0)
         self.processed += 1
 
     async def _compute(self, ev: dict[str, Any]) -> Plan:
@@ -141,12 +142,15 @@ class Worker:
             rejected += len(result.get("rejected") or [])
         return rejected
 
-    async def _finish(self, ev: dict[str, Any], plan: Plan, *, retry: bool = False) -> None:
+    async def _finish(
+        self, ev: dict[str, Any], plan: Plan, snapshot: int, *, retry: bool = False
+    ) -> None:
         updated = dict(ev)
         failed = {k: m.as_dict() for k, m in plan.failed.items()}
         updated["QueuedAllocations"] = plan.queued
         updated["FailedTGAllocs"] = failed or None
-        updated["SnapshotIndex"] = self.replog.applied_index
+        # A blocked eval carries it too: the log re-opens it if capacity changed after it.
+        updated["SnapshotIndex"] = snapshot
         out = [*plan.followups]
         if plan.followups:
             updated["NextEval"] = plan.followups[0]["ID"]
@@ -165,6 +169,7 @@ class Worker:
                 if job is not None and not already:
                     blocked = new_eval(str(uuid.uuid4()), job, "queued-allocs", status="blocked")
                     blocked["PreviousEval"] = ev["ID"]
+                    blocked["SnapshotIndex"] = snapshot
                     blocked["StatusDescription"] = "created due to placement conflicts"
                     blocked["FailedTGAllocs"] = failed
                     updated["BlockedEval"] = blocked["ID"]

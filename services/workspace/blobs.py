@@ -3,6 +3,7 @@ only their metadata. Every blob is already encrypted by the caller (sealing.py).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 import nats.errors
@@ -12,6 +13,9 @@ from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.object_store import ObjectStore
 
 from services.workspace.jsonapi import ApiError
+
+# Seconds a blob's read may take: state files of tens of MB on a loaded machine, with room.
+READ_SECONDS = 60.0
 
 
 class BlobStore:
@@ -44,7 +48,15 @@ class BlobStore:
 
     async def get(self, name: str) -> bytes | None:
         try:
-            res = await (await self._open()).get(name)
+            store = await self._open()
+            # nats-py reads the object's info, then waits for its chunks without end: for an
+            # object deleted in between (a run's plan file, a deleted workspace's state) they
+            # never come. Bounded, and a blob gone by then is a miss, not an outage.
+            try:
+                res = await asyncio.wait_for(store.get(name), READ_SECONDS)
+            except TimeoutError:
+                await store.get_info(name)  # ObjectNotFoundError when it was deleted
+                raise
         except nats.js.errors.ObjectNotFoundError:
             return None
         except (nats.errors.Error, TimeoutError):

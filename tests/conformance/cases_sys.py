@@ -17,6 +17,17 @@ def steps(u: str) -> list[Step]:
         S("sys.init.read", "GET", "sys/init", token=None),
         S("sys.init.again", "POST", "sys/init", {"secret_shares": 1, "secret_threshold": 1}),
         S("sys.leader", "GET", "sys/leader", token=None),
+        # what operators read of the server, and the root-token generation's attempt
+        S("sys.version-history", "LIST", "sys/version-history"),
+        S("sys.host-info", "GET", "sys/host-info"),
+        S("sys.host-info.notoken", "GET", "sys/host-info", token=None),
+        S("sys.generate-root.status", "GET", "sys/generate-root-token/attempt"),
+        S("sys.generate-root.notoken", "GET", "sys/generate-root-token/attempt", token=None),
+        S("sys.generate-root.start", "PUT", "sys/generate-root-token/attempt", {}),
+        S("sys.generate-root.started", "GET", "sys/generate-root-token/attempt"),
+        S("sys.generate-root.again", "PUT", "sys/generate-root-token/attempt", {}),
+        S("sys.generate-root.badnonce", "PUT", "sys/generate-root-token/update", {"key": "00"}),
+        S("sys.generate-root.cancel", "DELETE", "sys/generate-root-token/attempt"),
         S("sys.unseal.nokey", "POST", "sys/unseal", {}, token=None),
         S("sys.seal.notoken", "POST", "sys/seal", token=None),
         # mounts
@@ -145,6 +156,7 @@ def steps(u: str) -> list[Step]:
         # internal/ui
         S("sys.ui.mounts", "GET", "sys/internal/ui/mounts", pick=("data",)),
         S("sys.ui.mounts.notoken", "GET", "sys/internal/ui/mounts", token=None, pick=("data",)),
+        S("sys.ui.mounts.badtoken", "GET", "sys/internal/ui/mounts", token=f"no-such-{u}"),
         S("sys.ui.mount", "GET", f"sys/internal/ui/mounts/{kv}/app"),
         S("sys.ui.mount.secret", "GET", "sys/internal/ui/mounts/secret/a/b"),
         S("sys.ui.mount.none", "GET", f"sys/internal/ui/mounts/c-none-{u}/x"),

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -132,6 +133,21 @@ def cli_session(bao: Bao, u: str) -> None:
     assert "already initialized" in bao.fails(
         "operator", "init", "-key-shares=1", "-key-threshold=1"
     )
+
+    # what an operator reads of the server: its versions, its host; and a step-down
+    history = bao.json("version-history")["data"]
+    assert history["keys"] and sorted(history["key_info"]) == sorted(history["keys"])
+    newest = history["key_info"][history["keys"][-1]]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", newest["timestamp_installed"])
+    assert newest["previous_version"] == (history["keys"][-2] if len(history["keys"]) > 1 else None)
+    assert re.search(rf"^{re.escape(history['keys'][-1])}\s", bao.ok("version-history"), re.M)
+    host = bao.json("read", "sys/host-info")["data"]
+    assert host["host"]["hostname"] == socket.gethostname(), host["host"]
+    assert host["memory"]["total"] > host["memory"]["available"] > 0
+    assert len(host["cpu"]) == len(host["cpu_times"]) == os.cpu_count()
+    assert any(d["path"] == "/" and d["total"] > 0 for d in host["disk"]), host["disk"]
+    assert "Code: 403" in bao.fails("read", "sys/host-info", token="")  # sudo, as Vault's
+    assert "Success! Stepped down" in bao.ok("operator", "step-down")
 
     # secrets engines
     kv1, kv2 = f"kv1-{u}", f"kv2-{u}"
@@ -453,6 +469,35 @@ def operator_session(bao: Bao) -> None:
     bao.json("operator", "unseal", keys[2])
     wait_unsealed(bao)
     assert bao.json("token", "lookup", token=root)["data"]["policies"] == ["root"]
+    generate_root(bao, root, keys)
+
+
+def generate_root(bao: Bao, root: str, keys: list[str]) -> None:
+    """`operator generate-root`: a new root token from a threshold of the key shares, returned
+    only XOR-encoded with the pad, decoded by the CLI. (OpenBao asks a token of the caller.)"""
+    assert bao.json("operator", "generate-root", "-status", token=root)["started"] is False
+    otp = bao.ok("operator", "generate-root", "-generate-otp", token=root).strip()
+    start = bao.json("operator", "generate-root", "-init", f"-otp={otp}", token=root)
+    assert start["started"] is True and start["required"] == 2
+    assert start["otp_length"] == len(otp) and start["progress"] == 0
+    nonce = f"-nonce={start['nonce']}"
+    step = bao.json("operator", "generate-root", nonce, "-", stdin=keys[2], token=root)
+    assert step["progress"] == 1 and step["complete"] is False and not step["encoded_token"]
+    done = bao.json("operator", "generate-root", nonce, "-", stdin=keys[0], token=root)
+    assert done["complete"] is True and done["encoded_token"]
+    assert bao.json("operator", "generate-root", "-status", token=root)["started"] is False
+    decode = ("operator", "generate-root", f"-decode={done['encoded_token']}", f"-otp={otp}")
+    new_root = bao.ok(*decode, token=root).strip()
+    assert new_root != root and len(new_root) == len(otp)
+    assert bao.json("token", "lookup", token=new_root)["data"]["policies"] == ["root"]
+    # Shares that do not make the key: refused, nothing made; then an attempt is cancelled.
+    start = bao.json("operator", "generate-root", "-init", f"-otp={otp}", token=root)
+    forged = keys[1][:10] + ("0" if keys[1][10] != "0" else "1") + keys[1][11:]
+    nonce = f"-nonce={start['nonce']}"
+    bao.json("operator", "generate-root", nonce, "-", stdin=keys[0], token=root)
+    bao.fails("operator", "generate-root", nonce, "-", stdin=forged, token=root)
+    bao.ok("operator", "generate-root", "-cancel", token=root)
+    assert bao.json("operator", "generate-root", "-status", token=root)["started"] is False
 
 
 def wait_unsealed(bao: Bao) -> None:

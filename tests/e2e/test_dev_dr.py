@@ -7,8 +7,10 @@ data to the primary's root token: the failover across real processes."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
+import subprocess
 import time
 from typing import Any
 
@@ -16,6 +18,7 @@ import pytest
 import requests
 
 from services.replication import otp
+from tests.openbao import bao_binary
 from tests.procs import DevProcess, alive, descendants, dev, until
 
 pytestmark = pytest.mark.e2e
@@ -67,6 +70,15 @@ def test_two_dev_instances_pair_and_stream() -> None:
         # The secondary serves no client requests.
         code, body = call(b.secrets, "GET", "/v1/secret/data/app1", a.root_token)
         assert code == 400 and body["errors"]
+        # ...but `bao status` prints its whole state (sys/leader too): sealed, as it holds no
+        # usable key before promotion, which the CLI's exit code 2 says.
+        env = {"PATH": os.environ.get("PATH", ""), "HOME": str(b.data_dir), "BAO_ADDR": b.secrets}
+        st = subprocess.run(
+            [bao_binary(), "status"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert st.returncode == 2 and not st.stderr, (st.stdout, st.stderr)
+        assert re.search(r"^Sealed\s+true$", st.stdout, re.M), st.stdout
+        assert re.search(r"^HA Enabled\s+false$", st.stdout, re.M), st.stdout
 
         fail_over(a, b)
 

@@ -368,8 +368,14 @@ def test_alloc_restart_and_signal(d: DevProcess, n: nomad.Nomad) -> None:
     until(lambda: logs() == "start\ngot usr1\n", what="the signal handled")
     n.client.allocation.restart_allocation(alloc["ID"])
     until(lambda: logs() == "start\ngot usr1\nstart\n", what="a second start")
-    state = n.allocation.get_allocation(alloc["ID"])["TaskStates"]["t"]
-    assert state["Restarts"] == 1 and state["State"] == "running"
+
+    def restarted() -> bool:
+        # The client sends task states in batches: the server learns of the restart after
+        # the task's second line is in its log.
+        state = n.allocation.get_allocation(alloc["ID"])["TaskStates"]["t"]
+        return state["Restarts"] == 1 and state["State"] == "running"
+
+    until(restarted, what="one restart, running again, in the allocation's task state")
     assert [a["ID"] for a in running(n, "trap")] == [alloc["ID"]]  # restarted in place
     r = http(d, "POST", f"/v1/client/allocation/{alloc['ID']}/signal", json={"Signal": "NOPE"})
     assert r.status_code == 400
@@ -631,9 +637,14 @@ def test_template_renders_a_kv_secret_and_follows_changes(d: DevProcess, n: noma
         what="the noop template rendered again",
     )
     assert out("quiet") == "pw=first-pw\n"
-    states = n.allocation.get_allocation(alloc["ID"])["TaskStates"]
-    restarts = {name: state["Restarts"] for name, state in states.items()}
-    assert restarts == {"app": 1, "sig": 0, "quiet": 0}
+
+    def restarts() -> dict[str, int]:
+        states = n.allocation.get_allocation(alloc["ID"])["TaskStates"]
+        return {name: state["Restarts"] for name, state in states.items()}
+
+    # Task states reach the server in the client's next batch, after the task's output.
+    expected = {"app": 1, "sig": 0, "quiet": 0}
+    until(lambda: restarts() == expected, what=f"restarts {expected} in the allocation")
     # Never in the job, the allocation or its evaluation as the API shows them.
     views = [
         http(d, "GET", "/v1/job/secretive").text,

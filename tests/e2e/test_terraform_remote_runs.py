@@ -154,12 +154,19 @@ def test_remote_runs_on_the_scheduler(trellis: DevProcess, tmp_path: Path) -> No
         assert job.status_code == 200, job.text
         assert job.json()["Type"] == "batch"
         assert marker not in job.text and ops_token not in job.text
-        allocs = requests.get(
-            f"{trellis.scheduler}/v1/job/trellis-{run_id}-{phase}/allocations",
-            verify=trellis.ca_file,
-            timeout=10,
-        ).json()
-        assert [a["ClientStatus"] for a in allocs] == ["complete"]
+
+        def statuses(phase: str = phase) -> list[str]:
+            allocs = requests.get(
+                f"{trellis.scheduler}/v1/job/trellis-{run_id}-{phase}/allocations",
+                verify=trellis.ca_file,
+                timeout=10,
+            ).json()
+            return [a["ClientStatus"] for a in allocs]
+
+        # The run is over once its task reported; the task's exit reaches the scheduler in the
+        # client's next batch of allocation updates.
+        until(lambda: statuses() != ["running"], 60, f"the {phase} task's exit reported")
+        assert statuses() == ["complete"]
 
     # `terraform plan` is speculative: a plan-only run, no new state.
     tf.write("app", APP.replace("var.greeting", "upper(var.greeting)"))

@@ -3,12 +3,16 @@
 execution. init, apply, output, a second apply that raises the serial, state pull, an apply
 refused while the workspace is locked through the API, force-unlock, and
 `terraform_remote_state` reading another workspace's outputs: refused without access, allowed
-with it. Nothing is downloaded: configurations hold outputs only."""
+with it; and the README's five-line example, run as written. Nothing is downloaded:
+configurations hold outputs only."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import os
+import re
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +22,7 @@ import pytest
 import requests
 from cryptography import x509
 
-from tests.procs import DevProcess, until
+from tests.procs import DevProcess, banner_value, until
 from tests.terraform_helpers import (
     ORG,
     Api,
@@ -26,7 +30,7 @@ from tests.terraform_helpers import (
     assert_not_in_data_dir,
     create_org,
     grant,
-    readme_backend,
+    readme_terraform_lines,
     remote_state_config,
     team_with_token,
     tls_dev,
@@ -131,7 +135,7 @@ def test_terraform_keeps_state_in_trellis(trellis: DevProcess, tmp_path: Path) -
         201,
     )["data"]["attributes"]["token"]
     boss = Tf(tmp_path, "boss", host, owner_token, trellis.ca_file)
-    (boss.dir / "main.tf").write_text(readme_backend(host, "network"))
+    boss.write("network", "")
     boss.run("init", "-input=false", "-no-color")
     boss.run("force-unlock", "-force", f"{ORG}/network")
     doc = api.ok("GET", f"/workspaces/{ws['network']}", ops_token)
@@ -154,6 +158,57 @@ def test_terraform_keeps_state_in_trellis(trellis: DevProcess, tmp_path: Path) -
     # States hold secrets: nothing under the data dir (JetStream files included) has the
     # sensitive output in clear.
     assert_not_in_data_dir(trellis, marker)
+
+
+def test_the_readmes_five_line_example(trellis: DevProcess, tmp_path: Path) -> None:
+    """README.md's Terraform example, exactly its lines (the placeholders filled in from the
+    banner, the port from the listener), in bash with the real terraform: the state it leaves
+    is in the workspace the example names, with the example's output."""
+    lines = readme_terraform_lines()
+    assert len(lines) == 5, lines
+    config = banner_value(trellis.output, r"Terraform CLI config: (\S+)", "Terraform CLI config")
+    assert Path(config).stat().st_mode & 0o777 == 0o600
+    port = urlsplit(trellis.workspace).port
+    script = "\n".join(lines)
+    for shown, actual in (
+        ("<CA certificate>", trellis.ca_file),
+        ("<Terraform CLI config>", config),
+        ("localhost:8800", f"localhost:{port}"),
+    ):
+        assert shown in script, shown
+        script = script.replace(shown, actual)
+    work = tmp_path / "readme"
+    work.mkdir()
+    # Only what any shell has: the example itself exports the CA and the CLI config.
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "CHECKPOINT_DISABLE": "1"}
+    done = subprocess.run(
+        ["bash", "-euc", script], cwd=work, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert "Apply complete!" in done.stdout, done.stdout
+    backend = json.loads((work / "backend.tf.json").read_text())["terraform"]["backend"]["remote"]
+    greeting = re.search(r'output "(\w+)" \{ value = "([^"]*)" \}', lines[2])
+    assert greeting, lines[2]
+    api = Api(trellis)
+    org, name = backend["organization"], backend["workspaces"]["name"]
+    ws = api.ok("GET", f"/organizations/{org}/workspaces/{name}", trellis.root_token)["data"]
+    current = api.ok("GET", f"/workspaces/{ws['id']}/current-state-version", trellis.root_token)
+    outputs = api.ok("GET", f"/state-versions/{current['data']['id']}/outputs", trellis.root_token)[
+        "data"
+    ]
+    stored = {o["attributes"]["name"]: o["attributes"]["value"] for o in outputs}
+    assert stored == {greeting.group(1): greeting.group(2)}
+    # What the README says reads it back, in the same shell setting.
+    read = subprocess.run(
+        ["bash", "-euc", script.split("\n")[0] + "\nterraform output -json"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert read.returncode == 0, read.stderr
+    assert {k: v["value"] for k, v in json.loads(read.stdout).items()} == stored
 
 
 def assert_dev_certificate(d: DevProcess) -> None:

@@ -232,6 +232,53 @@ def test_kv_secret_at_its_url_masked_then_revealed(seeded: Seeded, logged_in: An
     assert console_errors(b) == []
 
 
+def _folder_rows(driver: Any) -> list[list[str]]:
+    table = driver.find_element(By.XPATH, "//table[caption='Keys in this folder']")
+    return [
+        [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+        for tr in table.find_elements(By.CSS_SELECTOR, "tbody tr")
+    ]
+
+
+def test_kv_folders_browse_down_to_a_secret(seeded: Seeded, logged_in: Any) -> None:
+    """From the mount's root, folder by folder, by clicking: each folder lists what the API's
+    LIST gives, folders apart from secrets."""
+    top = "browse-" + secrets.token_hex(3)
+    for path in (f"{top}/inner/leaf", f"{top}/sibling"):
+        r = seeded.secrets("POST", f"/v1/kv/data/{path}", json={"data": {"k": path}})
+        assert r.status_code == 200, r.text
+    b = logged_in
+    b.get(seeded.d.workspace + "/ui/secrets/kv/")
+    WebDriverWait(b, 30).until(lambda d: d.find_element(By.LINK_TEXT, f"{top}/")).click()
+    WebDriverWait(b, 20).until(lambda d: d.current_url.endswith(f"/ui/secrets/kv/{top}/"))
+    listed = seeded.secrets("GET", f"/v1/kv/metadata/{top}/", params={"list": "true"})
+    keys = listed.json()["data"]["keys"]
+    assert sorted(keys) == ["inner/", "sibling"]
+    want = sorted([k, "folder" if k.endswith("/") else "secret"] for k in keys)
+    WebDriverWait(b, 20).until(lambda d: sorted(_folder_rows(d)) == want)
+    b.find_element(By.LINK_TEXT, "inner/").click()
+    WebDriverWait(b, 20).until(lambda d: _folder_rows(d) == [["leaf", "secret"]])
+    b.find_element(By.LINK_TEXT, "leaf").click()
+    WebDriverWait(b, 20).until(lambda d: d.current_url.endswith(f"/ui/secrets/kv/{top}/inner/leaf"))
+    value = WebDriverWait(b, 30).until(
+        lambda d: d.find_element(By.CSS_SELECTOR, "code[data-key=k]")
+    )
+    assert value.text == "••••••••"
+    assert console_errors(b) == []
+
+
+def test_a_secret_that_is_not_there(seeded: Seeded, logged_in: Any) -> None:
+    """The secrets API answers a path with nothing there 404 `{"errors":[]}`: the page says so
+    in words rather than showing the raw body."""
+    direct = seeded.secrets("GET", "/v1/kv/data/app/nothing-here")
+    assert (direct.status_code, direct.json()) == (404, {"errors": []})
+    b = logged_in
+    b.get(seeded.d.workspace + "/ui/secrets/kv/app/nothing-here")
+    err = WebDriverWait(b, 20).until(lambda d: d.find_element(By.CSS_SELECTOR, "[role=alert]"))
+    assert err.text == "The secrets API answered 404: nothing at this path"
+    assert all("404" in e["message"] for e in console_errors(b))
+
+
 def test_workspace_in_its_orgs_list(seeded: Seeded, logged_in: Any) -> None:
     b = logged_in
     b.get(seeded.d.workspace + f"/ui/workspaces/{ORG}")
@@ -429,8 +476,10 @@ def test_jobs_filter_box_uses_the_apis_expressions(seeded: Seeded, logged_in: An
     box = b.find_element(By.ID, "job-filter")
     expr = f'ID == "{ids[0]}"'
     box.send_keys(expr, Keys.ENTER)
-    WebDriverWait(b, 20).until(lambda d: ids[1] not in text_of(d), message="filter not applied")
-    assert _names_on_page(b) == [ids[0]]
+    # The list empties while the filtered one loads: wait for the filtered list itself.
+    WebDriverWait(b, 20).until(
+        lambda d: _names_on_page(d) == [ids[0]], message="filter not applied"
+    )
     api = seeded.scheduler("GET", "/v1/jobs", params={"filter": expr})
     assert [j["ID"] for j in api.json()] == [ids[0]]
     assert "filter=" in b.current_url
@@ -630,13 +679,20 @@ def test_narrow_window_keeps_everything_reachable(seeded: Seeded, logged_in: Any
     b = logged_in
     b.set_window_size(420, 860)
     try:
-        b.get(seeded.d.workspace + "/ui/secrets/kv/app/db")
-        wait_text(b, "Versions")
-        # Nothing wider than the window but the scrollable tables.
-        overflow = b.execute_script(
-            "return document.documentElement.scrollWidth - document.documentElement.clientWidth"
-        )
-        assert overflow <= 0
+        for page, ready in (
+            (f"/ui/workspaces/{ORG}", WORKSPACE),
+            (f"/ui/workspaces/{ORG}/{WORKSPACE}", "Settings"),
+            ("/ui/jobs", "Filter expression"),
+            ("/ui/nodes", "dc1"),
+            ("/ui/secrets/kv/app/db", "Versions"),
+        ):
+            b.get(seeded.d.workspace + page)
+            wait_text(b, ready)
+            # Nothing wider than the window but the scrollable tables.
+            overflow = b.execute_script(
+                "return document.documentElement.scrollWidth - document.documentElement.clientWidth"
+            )
+            assert overflow <= 0, page
         shot(b, "narrow")
     finally:
         b.set_window_size(1400, 900)
@@ -753,6 +809,111 @@ def test_a_narrower_token_gets_each_apis_own_refusal(seeded: Seeded, browser: An
     )
     b.find_element(By.CSS_SELECTOR, "button.logout").click()
     WebDriverWait(b, 10).until(lambda d: d.find_elements(By.NAME, "token"))
+
+
+def _sign_in(b: Any, url: str, token: str) -> None:
+    b.get(url)
+    field = WebDriverWait(b, 30).until(lambda d: d.find_element(By.NAME, "token"))
+    field.send_keys(token)
+    field.submit()
+
+
+def _refusal(b: Any) -> str:
+    return str(
+        WebDriverWait(b, 20).until(lambda d: d.find_element(By.CSS_SELECTOR, "[role=alert]")).text
+    )
+
+
+def _sign_out(b: Any) -> None:
+    b.find_element(By.CSS_SELECTOR, "button.logout").click()
+    WebDriverWait(b, 10).until(lambda d: d.find_elements(By.NAME, "token"))
+
+
+def test_a_token_only_one_api_knows_signs_in(seeded: Seeded, browser: Any) -> None:
+    """On the scheduler's listener (its own origin): a scheduler ACL token the secrets API does
+    not know signs in, lands in the jobs, and sees each other API's own refusal; so does a
+    workspace team token; a token no API knows gets all three refusals and stays out."""
+    tag = secrets.token_hex(3)
+    rules = 'namespace "default" { policy = "read" }\nnode { policy = "read" }'
+    r = seeded.scheduler("POST", f"/v1/acl/policy/console-ro-{tag}", json={"Rules": rules})
+    assert r.status_code == 200, r.text
+    doc = {"Name": f"console-{tag}", "Type": "client", "Policies": [f"console-ro-{tag}"]}
+    r = seeded.scheduler("POST", "/v1/acl/token", json=doc)
+    assert r.status_code == 200, r.text
+    sched_token = r.json()["SecretID"]
+    job_id = f"console-only-{tag}"
+    seeded.job(job_id, 0)
+    base = seeded.d.scheduler
+    b = browser
+    # From the bare /ui/: the first API that knows the token picks the section to land in.
+    _sign_in(b, base + "/ui/", sched_token)
+    WebDriverWait(b, 30).until(lambda d: urlsplit(d.current_url).path == "/ui/jobs")
+    wait_text(b, job_id)
+    assert b.execute_script("return sessionStorage.length") == 1
+    b.find_element(By.XPATH, "//nav//a[text()='Secrets']").click()
+    err = _refusal(b)
+    direct = requests.get(
+        seeded.d.secrets + "/v1/sys/mounts", headers={"X-Vault-Token": sched_token}, timeout=10
+    )
+    assert direct.status_code == 403
+    assert f"secrets API answered 403: {'; '.join(direct.json()['errors'])}" in err
+    b.get(base + f"/ui/workspaces/{ORG}")
+    assert "workspace API answered 401" in _refusal(b)
+    assert WORKSPACE not in text_of(b)
+    _sign_out(b)
+
+    # A workspace team token (the secrets API and the scheduler know nothing of it).
+    r = seeded.workspace(
+        "POST",
+        f"/api/v2/organizations/{ORG}/teams",
+        json={
+            "data": {
+                "type": "teams",
+                "attributes": {
+                    "name": f"console-readers-{tag}",
+                    "organization-access": {"read-workspaces": True},
+                },
+            }
+        },
+    )
+    assert r.status_code == 200, r.text  # HCP Terraform answers a new team with 200
+    r = seeded.workspace(
+        "POST",
+        f"/api/v2/teams/{r.json()['data']['id']}/authentication-token",
+        json={"data": {"type": "authentication-token"}},
+    )
+    assert r.status_code == 201, r.text
+    team_token = r.json()["data"]["attributes"]["token"]
+    _sign_in(b, base + "/ui/", team_token)
+    WebDriverWait(b, 30).until(lambda d: urlsplit(d.current_url).path == "/ui/workspaces")
+    b.get(base + f"/ui/workspaces/{ORG}")
+    wait_text(b, WORKSPACE)
+    b.get(base + "/ui/jobs")
+    err = _refusal(b)
+    direct = requests.get(base + "/v1/jobs", headers={"X-Nomad-Token": team_token}, timeout=10)
+    assert direct.status_code == 403
+    assert f"scheduler API answered 403: {direct.text.strip()}" in err
+    _sign_out(b)
+
+    # A token nobody knows: each API's refusal is shown, and nothing is kept.
+    _sign_in(b, base + "/ui/jobs", "nobody-" + tag)
+    WebDriverWait(b, 20).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "[role=alert]")) == 3)
+    alerts = [e.text for e in b.find_elements(By.CSS_SELECTOR, "[role=alert]")]
+    assert [a.split(" answered")[0] for a in alerts] == [
+        "The secrets API",
+        "The workspace API",
+        "The scheduler API",
+    ]
+    direct = requests.get(
+        base + "/v1/acl/token/self", headers={"X-Nomad-Token": "nobody-" + tag}, timeout=10
+    )
+    assert f"scheduler API answered {direct.status_code}: {direct.text.strip()}" in alerts[2]
+    assert b.execute_script("return sessionStorage.length") == 0
+    assert b.find_elements(By.NAME, "token")
+    # What the browser logged are the APIs' refusals, nothing else.
+    assert all(re.search(r"status of 40[13]", e["message"]) for e in console_errors(b)), (
+        console_errors(b)
+    )
 
 
 def test_logout_forgets_the_token(seeded: Seeded, logged_in: Any) -> None:

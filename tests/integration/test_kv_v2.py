@@ -331,14 +331,16 @@ async def test_config_and_delete_version_after(nats_url: str) -> None:
         ):
             status, _ = await c.request("POST", "/v1/secret/config", json=bad)
             assert status == 400, bad
+        # Long enough for the writes and reads below to land before the versions go, on a
+        # loaded machine too; the wait for their deletion polls for it.
         status, _ = await c.request(
-            "POST", "/v1/secret/config", json={"max_versions": 3, "delete_version_after": "1s"}
+            "POST", "/v1/secret/config", json={"max_versions": 3, "delete_version_after": "3s"}
         )
         assert status == 204
         status, body = await c.request("GET", "/v1/secret/config")
         assert body["data"] == {
             "cas_required": False,
-            "delete_version_after": "1s",
+            "delete_version_after": "3s",
             "max_versions": 3,
             "metadata_cas_required": False,
         }
@@ -350,9 +352,14 @@ async def test_config_and_delete_version_after(nats_url: str) -> None:
         assert sorted(body["data"]["versions"]) == ["3", "4", "5"]  # the mount's max_versions
         status, body = await c.request("GET", "/v1/secret/data/ttl")
         assert status == 200
-        await asyncio.sleep(1.1)
-        status, body = await c.request("GET", "/v1/secret/data/ttl")
+        deadline = asyncio.get_running_loop().time() + 15
+        while status == 200:
+            assert asyncio.get_running_loop().time() < deadline, "version 5 was never deleted"
+            await asyncio.sleep(0.1)
+            status, body = await c.request("GET", "/v1/secret/data/ttl")
         assert status == 404 and body["data"]["data"] is None
+        deleted = body["data"]["metadata"]["deletion_time"]
+        assert deleted == w["deletion_time"]  # at the time it was scheduled for, not another
         status, _ = await c.request("POST", "/v1/secret/undelete/ttl", json={"versions": [5]})
         status, body = await c.request("GET", "/v1/secret/data/ttl")
         assert status == 200 and body["data"]["data"] == {"i": 4}

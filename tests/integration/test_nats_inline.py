@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from unittest import mock
 
 import nats
 import nats.errors
@@ -16,6 +17,7 @@ from nats.aio.msg import Msg
 
 from shared import nats_request
 from shared.nats_inline import InlineClient
+from tests.nats_sync import subscribed
 
 pytestmark = pytest.mark.nats
 
@@ -91,7 +93,7 @@ async def test_requests_are_answered_through_the_inline_multiplexer(
 
     try:
         await server.subscribe(f"{unique}.echo", cb=echo)
-        await server.flush()
+        await subscribed(server)
         payloads = [f"m{i}".encode() for i in range(10)]
         replies = await asyncio.gather(
             *(nats_request.request(nc, f"{unique}.echo", p, timeout=5) for p in payloads)
@@ -112,6 +114,38 @@ async def test_requests_are_answered_through_the_inline_multiplexer(
         await nc.close()
 
 
+async def test_a_flush_follows_the_commands_before_it(nats_url: str, unique: str) -> None:
+    """nats-py writes a flush's PING straight to the socket, ahead of a SUB still queued for its
+    flusher: the PONG then proves nothing about the SUB (a message sent meanwhile by another
+    connection found no subscriber, 1 run in 20 on a loaded machine). Ours goes after it."""
+    nc = await _inline_client(nats_url, [])
+    transport = nc._transport
+    assert transport is not None
+    wire: list[bytes] = []
+    write, writelines = transport.write, transport.writelines
+
+    def recorded_write(data: bytes) -> None:
+        wire.append(bytes(data))
+        write(data)
+
+    def recorded_writelines(lines: list[bytes]) -> None:
+        wire.extend(bytes(line) for line in lines)
+        writelines(lines)
+
+    try:
+        with (
+            mock.patch.object(transport, "write", recorded_write),
+            mock.patch.object(transport, "writelines", recorded_writelines),
+        ):
+            await nc.subscribe(f"{unique}.a")
+            await nc.publish(f"{unique}.a", b"x")
+            await nc.flush()
+        sent = b"".join(wire)
+        assert sent.index(b"SUB ") < sent.index(b"PUB ") < sent.index(b"PING")
+    finally:
+        await nc.close()
+
+
 async def test_publish_nowait_sends_and_refuses_as_publish_does(nats_url: str, unique: str) -> None:
     nc = await _inline_client(nats_url, [])
     receiver = await nats.connect(nats_url)
@@ -122,7 +156,7 @@ async def test_publish_nowait_sends_and_refuses_as_publish_does(nats_url: str, u
 
     try:
         await receiver.subscribe(f"{unique}.to", cb=record)
-        await receiver.flush()
+        await subscribed(receiver)
         for i in range(3):
             nc.publish_nowait(f"{unique}.to", f"p{i}".encode(), reply=f"{unique}.back")
         await _until(lambda: len(got) == 3)

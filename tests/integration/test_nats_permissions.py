@@ -24,6 +24,7 @@ from shared.runner import nats_options
 from shared.settings import Settings
 from tests.conftest import free_port
 from tests.harness import ephemeral_cluster_key
+from tests.nats_sync import subscribed
 
 pytestmark = pytest.mark.nats
 
@@ -119,7 +120,7 @@ async def test_secure_config_permissions() -> None:
         try:
             await spy.subscribe("trellis.secrets.seal.share")
             await spy.publish("trellis.crypto.cmd", b"x")
-            await spy.flush()
+            await subscribed(spy)  # the server has read both (and refused them) by now
             for _ in range(100):
                 if len(errors) >= 2:
                     break

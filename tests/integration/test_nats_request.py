@@ -12,6 +12,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from shared import nats_request
+from tests.nats_sync import subscribed
 
 pytestmark = pytest.mark.nats
 
@@ -31,7 +32,7 @@ async def test_replies_errors_and_cleanup(nats_url: str, unique: str) -> None:
 
     try:
         await server.subscribe(f"{unique}.echo", cb=echo)
-        await server.flush()
+        await subscribed(server)
 
         payloads = [f"m{i}".encode() for i in range(20)]
         replies = await asyncio.gather(
@@ -87,7 +88,7 @@ async def test_a_subscriber_not_yet_visible_gets_a_second_chance(
 
     try:
         await server.subscribe(f"{unique}.late", cb=echo)
-        await server.flush()
+        await subscribed(server)
         monkeypatch.setattr(nats_request, "_request_once", first_unseen)
         reply = await nats_request.request(client, f"{unique}.late", b"hi", timeout=2)
         assert reply.data == b"hi" and len(calls) == 2

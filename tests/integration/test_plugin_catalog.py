@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from services.secrets.core.namespaces import ROOT
+from services.secrets.plugins import runner
 from tests.harness import Cluster, start_cluster
 
 pytestmark = pytest.mark.nats
@@ -278,7 +279,22 @@ async def test_tampered_plugin_is_refused(nats_url: str, plugin_dir: Path, tmp_p
         await c.close()
 
 
-async def test_tampered_plugin_is_not_restarted(nats_url: str, plugin_dir: Path) -> None:
+async def test_tampered_plugin_is_not_restarted(
+    nats_url: str, plugin_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The slow case, made certain: the kill -9 not yet seen by asyncio when the next request
+    # comes (its exit is reported a moment after the kernel reaps it; longer on a loaded
+    # machine), so the plugin looks alive until the replica waits for its end.
+    unseen = True
+    alive, settle = runner.PluginProcess.alive.fget, runner.PluginProcess.settle
+
+    async def settled(process: runner.PluginProcess, limit: float) -> None:
+        nonlocal unseen
+        unseen = False
+        await settle(process, limit)
+
+    monkeypatch.setattr(runner.PluginProcess, "alive", property(lambda p: unseen or alive(p)))
+    monkeypatch.setattr(runner.PluginProcess, "settle", settled)
     c = await start_cluster(nats_url, plugin_directory=str(plugin_dir))
     try:
         await _register(c, "echo-kv", _sha(plugin_dir / "echo-kv"))

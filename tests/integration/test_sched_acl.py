@@ -103,5 +103,13 @@ async def test_acl_flow(base: str) -> None:
         status, me = await call("GET", "/v1/acl/token/self", reader)
         assert status == 200 and me["Name"] == "reader"
         assert (await call("GET", "/v1/acl/tokens", reader))[0] == 403
+        # `nomad acl token self` with the configured management token: Nomad's bootstrap token.
+        status, boot = await call("GET", "/v1/acl/token/self", ROOT)
+        assert status == 200 and boot["Type"] == "management" and boot["SecretID"] == ROOT
+        assert boot["Name"] == "Bootstrap Token" and boot["Policies"] is None
+        assert boot["AccessorID"] not in {tok["AccessorID"], ROOT}
+        assert (await call("GET", "/v1/acl/token/self", ROOT))[1] == boot  # stable
+        status, listed = await call("GET", "/v1/acl/tokens", ROOT)
+        assert ROOT not in str(listed)  # its secret is in no record
         assert (await call("DELETE", f"/v1/acl/token/{tok['AccessorID']}", ROOT))[0] == 200
         assert await call("GET", "/v1/jobs", reader) == (403, "ACL token not found")

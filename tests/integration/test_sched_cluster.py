@@ -116,8 +116,10 @@ async def cluster(nats_url: str) -> AsyncIterator[Cluster]:
     buses = [await Bus.connect(nats_url, f"b{i}") for i in range(4)]
     gw = Gateway(buses[0], settings)
     await gw.start()
+    # Every service and client shares this test's event loop: a heartbeat TTL of a few seconds
+    # keeps a loop stalled on a loaded machine from marking the nodes down mid-test.
     scheds = [
-        SchedulerService(buses[1 + i], settings, heartbeat_ttl=1.0, lease_ttl=3.0) for i in range(2)
+        SchedulerService(buses[1 + i], settings, heartbeat_ttl=3.0, lease_ttl=3.0) for i in range(2)
     ]
     for s in scheds:
         await s.start()

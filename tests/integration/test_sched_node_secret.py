@@ -98,7 +98,9 @@ async def env(nats_url: str) -> AsyncIterator[Env]:
     buses = [await Bus.connect(nats_url, n) for n in ("gw", "sched", "client", "attacker")]
     gw = Gateway(buses[0], settings)
     await gw.start()
-    sched = SchedulerService(buses[1], settings, heartbeat_ttl=1.0, lease_ttl=3.0)
+    # A few seconds: this loop, shared with the client, may stall on a loaded machine, and a
+    # node marked down meanwhile would change the node the first test checks is unchanged.
+    sched = SchedulerService(buses[1], settings, heartbeat_ttl=3.0, lease_ttl=3.0)
     await sched.start()
     data_dir = tempfile.mkdtemp(prefix="trellis-node-")
     client = ClientAgent(

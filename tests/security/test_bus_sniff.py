@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from services.replication import otp
 from services.scheduler.client.identity import SECRET_ID
 from tests.conftest import free_port, start_nats
+from tests.nats_sync import subscribed
 from tests.procs import DevProcess, start_dev
 
 pytestmark = pytest.mark.e2e
@@ -59,7 +60,7 @@ def test_a_sniffer_on_every_subject_learns_no_secret(tmp_path: Path) -> None:
             seen.append(msg.subject.encode() + b" " + repr(msg.headers).encode() + b" " + msg.data)
 
         await sniffer.subscribe(">", cb=record)
-        await sniffer.flush()
+        await subscribed(sniffer)
         secrets = await asyncio.to_thread(drive, url, tmp_path)
         await sniffer.flush()  # every message published before now has reached us
         await sniffer.close()

@@ -115,12 +115,13 @@ def test_health_query_parameters() -> None:
         assert sys_status.health_codes(unsure) is None, unsure
 
 
-def test_dr_secondary_leader_is_forwarded(setup: tuple[LocalStatus, Replica]) -> None:
+def test_dr_secondary_answers_leader(setup: tuple[LocalStatus, Replica]) -> None:
     view, replica = setup
     secondary = SecretsState(initialized=True, sealed=True, dr_mode="secondary")
     view.receive(replica.record(secondary))
     assert _get(view, "/v1/sys/health")[0] == 472  # type: ignore[index]
-    assert _get(view, "/v1/sys/leader") is None
+    # As the service answers it there (`bao status` asks it of a DR secondary).
+    assert _get(view, "/v1/sys/leader") == (200, sys_status.LEADER)
 
 
 def test_stale_state_is_forwarded(

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from services.gateway.readiness import BEHIND, PROBES, ServiceProbe
+from services.gateway.readiness import BEHIND, NEEDED, NEEDS, PROBES, ServiceProbe
 from shared.errors import BusTimeout, NoResponders
 from shared.messages import HttpRequest, HttpResponse
 
@@ -94,3 +94,28 @@ async def test_a_burst_costs_one_request() -> None:
     assert len(sent) == 1
     await probe.check()  # cached for a moment
     assert len(sent) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "ready", "error"),
+    [
+        (200, True, None),
+        (503, False, "sealed"),
+        (501, False, "not initialized"),
+        (472, False, None),
+    ],
+)
+async def test_a_needed_secrets_service_must_be_unsealed(
+    status: int, ready: bool, error: str | None
+) -> None:
+    sent: list[HttpRequest] = []
+
+    async def send(env: HttpRequest, timeout: float) -> HttpResponse:
+        sent.append(env)
+        return HttpResponse(status=status)
+
+    got = await ServiceProbe("secrets", send, needed=True).check()
+    assert got["ready"] is ready and got.get("error") == error and got["status"] == status
+    # Asked once, for health alone: what lies behind the secrets service is not needed here.
+    assert [(e.path, e.query) for e in sent] == [NEEDED["secrets"]]
+    assert "secrets" in NEEDS["workspace"] and "secrets" in NEEDS["scheduler"]

@@ -12,8 +12,9 @@ from services.secrets import shamir
 from services.secrets.auth.token import token_kind
 from services.secrets.core import batch_tokens
 from services.secrets.core.dispatch import login_token_kind
-from services.secrets.core.rekey import _add_share, _combine, check_shares
+from services.secrets.core.rekey import check_shares
 from services.secrets.core.rotation import RotateConfig, check_config
+from services.secrets.core.share_attempt import add_share, combine_shares
 from services.secrets.core.tokens import TokenEntry
 from services.secrets.errors import SecretsError
 from services.secrets.keyring import Keyring, UnknownTerm
@@ -134,12 +135,12 @@ def test_rekey_share_rules(n: int, t: int) -> None:
 def test_rekey_shares_combine_and_duplicates() -> None:
     key = bytes(range(32))
     parts = shamir.split(key, 3, 2)
-    have = _add_share([], parts[0], True)
+    have = add_share([], parts[0], True)
     with pytest.raises(SecretsError, match="already been provided"):
-        _add_share(have, parts[0], True)
-    have = _add_share(have, parts[2], True)
-    assert _combine(have, 2, 3) == key
-    assert _combine([key], 1, 1) == key
+        add_share(have, parts[0], True)
+    have = add_share(have, parts[2], True)
+    assert combine_shares(have, 2, 3) == key
+    assert combine_shares([key], 1, 1) == key
 
 
 def test_rotation_config_bounds() -> None:

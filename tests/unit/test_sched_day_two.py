@@ -4,11 +4,12 @@ plan annotations, and an unchanged re-register after the summary moved."""
 
 from __future__ import annotations
 
-import asyncio
 import time
+from types import SimpleNamespace
 from typing import Any
+from unittest import mock
 
-from services.scheduler import gc
+from services.scheduler import gc, housekeeper
 from services.scheduler.annotate import annotate, desired_updates
 from services.scheduler.diff import job_diff
 from services.scheduler.housekeeper import drain_decisions
@@ -219,14 +220,12 @@ class FakeCtx:
 
 
 async def test_periodic_launches_when_due_and_prohibits_overlap() -> None:
-    from services.scheduler.housekeeper import Housekeeper
-
     log = cluster(1)
     job = web(count=1, ID="nightly", Type="batch")
     job["TaskGroups"][0]["Update"] = None
     job["Periodic"] = {"Enabled": True, "Spec": "* * * * * * *", "ProhibitOverlap": True}
     log.register(job)
-    hk = Housekeeper(FakeCtx(log), gc_interval=3600)  # type: ignore[arg-type]
+    hk = housekeeper.Housekeeper(FakeCtx(log), gc_interval=3600)  # type: ignore[arg-type]
     t = log.fsm.t
     t.jobs["default\x00nightly"]["SubmitTime"] -= 5 * 10**9  # registered 5 s ago
     await hk.periodic_tick()
@@ -240,10 +239,14 @@ async def test_periodic_launches_when_due_and_prohibits_overlap() -> None:
     await hk.periodic_tick()
     assert len(t.children("default", "nightly")) == 2
     assert log.fsm.t.job_summary("default", "nightly")["Children"]["Pending"] == 2
-    # Child IDs carry their launch second (as Nomad's): the next launch needs a new second.
-    await asyncio.sleep(1.01 - time.time() % 1)  # to just past the next second boundary
-    # A leader back after an hour launches once, not once per missed second.
+    # A leader back after an hour launches once, not once per missed second: two passes at
+    # one instant (the housekeeper's clock held, so no second boundary can fall between them
+    # on a loaded machine and make the second pass due for a launch of its own).
     t.periodic_launch["default\x00nightly"] -= 3600 * 10**9
-    await hk.periodic_tick()
-    await hk.periodic_tick()
+    held = time.time_ns()
+    clock = SimpleNamespace(time_ns=lambda: held, perf_counter=time.perf_counter)
+    with mock.patch.object(housekeeper, "time", clock):
+        await hk.periodic_tick()
+        await hk.periodic_tick()
     assert len(t.children("default", "nightly")) == 3
+    assert t.periodic_launch["default\x00nightly"] == held  # the next one counts from now

@@ -168,6 +168,31 @@ async def test_blocked_then_unblocked_by_new_node() -> None:
     assert log.fsm.t.evals[blocked["ID"]]["Status"] == "pending" and seen == ["pending"]
 
 
+async def test_a_blocked_eval_planned_before_a_new_node_is_evaluated_again() -> None:
+    """The node arrives between the plan (no node: nothing fits) and the write of the
+    blocked eval: its unblock came too early to see the eval, so the write re-opens it
+    (else the job waits for the next capacity change, as a loaded CI machine showed)."""
+    log = Log()
+    r = log.register(web(count=2))
+    planned_at = log.fsm.t.index["jobs"]  # the state the worker's plan saw: no node
+    log.append("node.register", {"nodes": [node(1)]})
+    seen: list[str] = []
+    log.fsm.on_pending.append(lambda e: seen.append(e["ID"]))
+    job = log.fsm.t.jobs["default\x00web"]
+    late = new_eval(str(uuid.uuid4()), job, "queued-allocs", status="blocked")
+    done = {**log.fsm.t.evals[r["EvalID"]], "Status": "complete", "BlockedEval": late["ID"]}
+    late["SnapshotIndex"] = done["SnapshotIndex"] = planned_at
+    log.append("eval.upsert", {"evals": [done, late]})
+    assert log.fsm.t.evals[late["ID"]]["Status"] == "pending" and seen == [late["ID"]]
+    # Planned on the state with the node: blocked it stays, until capacity changes again.
+    fresh = new_eval(str(uuid.uuid4()), job, "queued-allocs", status="blocked")
+    fresh["SnapshotIndex"] = log.fsm.t.index["nodes"]
+    log.append("eval.upsert", {"evals": [fresh]})
+    assert log.fsm.t.evals[fresh["ID"]]["Status"] == "blocked" and seen == [late["ID"]]
+    log.append("node.register", {"nodes": [node(2)]})
+    assert log.fsm.t.evals[fresh["ID"]]["Status"] == "pending" and seen[-1] == fresh["ID"]
+
+
 async def test_lost_node_allocations_replaced_with_tracker() -> None:
     log = Log()
     log.append("node.register", {"nodes": [node(1), node(2)]})

@@ -34,7 +34,9 @@ export class ApiError extends Error {
 function errorText(api, status, text) {
   try {
     const doc = JSON.parse(text);
-    if (Array.isArray(doc.errors) && doc.errors.length) {
+    if (Array.isArray(doc.errors)) {
+      // The secrets API answers a path with nothing there as 404 `{"errors":[]}`.
+      if (!doc.errors.length) return status === 404 ? "nothing at this path" : `HTTP ${status}`;
       return doc.errors
         .map((e) => (typeof e === "string" ? e : [e.title, e.detail].filter(Boolean).join(": ")))
         .join("; ");

@@ -5,28 +5,44 @@ import { call, session } from "./api.js";
 import { ErrorBox, Link, html, navigate, useLocation } from "./ui.js";
 import { Routes } from "./routes.js";
 
+// Who-am-I of each API: a token is known to it when this answers 200 (a scheduler with its ACLs
+// off answers 400: it knows no tokens). Workspace team and organization tokens have no user
+// behind them, so the workspace API is asked for its organizations, which any token may list.
+const PROBES = [
+  ["secrets", "/v1/auth/token/lookup-self", "/ui/secrets"],
+  ["workspace", "/api/v2/organizations", "/ui/workspaces"],
+  ["scheduler", "/v1/acl/token/self", "/ui/jobs"],
+];
+
 function Login({ onIn }) {
   const [token, setToken] = useState("");
-  const [error, setError] = useState(null);
+  const [errors, setErrors] = useState([]);
   const [busy, setBusy] = useState(false);
   const submit = async (e) => {
     e.preventDefault();
     setBusy(true);
-    setError(null);
+    setErrors([]);
     session.login(token);
-    // Each API decides for itself; the token is accepted if at least one of them knows it.
-    const tries = await Promise.allSettled([
-      call("secrets", "/v1/auth/token/lookup-self"),
-      call("workspace", "/api/v2/account/details"),
-    ]);
-    setBusy(false);
-    if (tries.some((t) => t.status === "fulfilled")) {
+    // Each API decides for itself; the token is in if one of them knows it. One at a time,
+    // stopping at the first that does: the browser logs each refusal as a console error.
+    const refusals = [];
+    for (const [api, path, home] of PROBES) {
+      try {
+        await call(api, path);
+      } catch (error) {
+        refusals.push(error);
+        continue;
+      }
+      setBusy(false);
       setToken("");
+      // From the bare /ui/, land in the first section whose API knows the token.
+      if (/^\/ui\/?$/.test(location.pathname)) navigate(home, { replace: true });
       onIn();
       return;
     }
+    setBusy(false);
     session.logout();
-    setError(tries[0].reason);
+    setErrors(refusals);
   };
   return html`<main id="main" class="login">
     <form class="card" onSubmit=${submit} aria-labelledby="login-h">
@@ -34,7 +50,7 @@ function Login({ onIn }) {
       <p class="muted">Your token is kept in this browser tab only and forgotten when you sign out.</p>
       <label for="token">Token</label>
       <input id="token" name="token" type="password" autocomplete="off" required value=${token} onInput=${(e) => setToken(e.target.value)} />
-      <${ErrorBox} error=${error} />
+      ${errors.map((error) => html`<${ErrorBox} error=${error} />`)}
       <button type="submit" disabled=${busy}>Sign in</button>
     </form>
   </main>`;
@@ -66,7 +82,8 @@ function Shell({ onOut }) {
 function App() {
   const [signedIn, setSignedIn] = useState(Boolean(session.token));
   useLocation(); // re-render on navigation
-  if (location.pathname === "/ui/" || location.pathname === "/ui") navigate("/ui/secrets", { replace: true });
+  // Signed out, the bare /ui/ stays put: signing in picks the section to land in.
+  if (signedIn && /^\/ui\/?$/.test(location.pathname)) navigate("/ui/secrets", { replace: true });
   return signedIn ? html`<${Shell} onOut=${() => setSignedIn(false)} />` : html`<${Login} onIn=${() => setSignedIn(true)} />`;
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 import uuid
@@ -151,10 +152,25 @@ async def list_tokens(ctx: ApiContext, req: Request) -> Any:
 async def token_self(ctx: ApiContext, req: Request) -> Any:
     _require_enabled(ctx)
     secret = ctx.token_of(req)
+    if ctx.is_configured_management(secret):
+        return ok(_configured_management_token(ctx, secret))
     accessor = ctx.t.token_by_secret.get(secret)
     if accessor is None:
         raise HttpError(403, "ACL token not found")
     return ok(ctx.t.acl_tokens[accessor])
+
+
+def _configured_management_token(ctx: ApiContext, secret: str) -> dict[str, Any]:
+    """The configured management token is Nomad's bootstrap token, but its secret never enters
+    the log: its record is made on demand, with an accessor derived one-way from the secret."""
+    digest = hashlib.sha256(b"trellis-configured-management-token:" + secret.encode()).digest()
+    index = ctx.t.acl_bootstrap_index
+    return {
+        **_new_token("Bootstrap Token", "management", [], True, secret),
+        "AccessorID": str(uuid.UUID(bytes=digest[:16], version=4)),
+        "CreateIndex": index,
+        "ModifyIndex": index,
+    }
 
 
 async def create_token(ctx: ApiContext, req: Request, accessor: str = "") -> Any:

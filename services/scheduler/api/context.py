@@ -75,15 +75,18 @@ class ApiContext:
                 tok = auth[7:].strip()
         return tok
 
+    def is_configured_management(self, secret: str) -> bool:
+        return bool(
+            self.management_token
+            and secret
+            and hmac.compare_digest(secret.encode(), self.management_token.encode())
+        )
+
     def resolve(self, req: Request) -> Acl:
         if not self.acl_enabled:
             return Acl(management=True)
         secret = self.token_of(req)
-        if (
-            self.management_token
-            and secret
-            and hmac.compare_digest(secret.encode(), self.management_token.encode())
-        ):
+        if self.is_configured_management(secret):
             return Acl(management=True)
         if not secret:
             anon = self.t.acl_policies.get("anonymous")

@@ -31,6 +31,7 @@ from services.scheduler.variables import apply as variables_apply
 from shared.replog import ApplyError, LogEntry
 
 ENFORCE = "Enforcing job modify index"
+UNBLOCKED = "unblocked: capacity changed"
 
 
 def ns_time(entry: LogEntry) -> int:
@@ -229,12 +230,13 @@ class SchedulerFSM:
 
     def _unblock(self, index: int, entry: LogEntry, except_job: str = "") -> None:
         """Capacity changed: blocked evaluations get another chance."""
+        self._bump(index, "unblock")  # for a blocked eval planned before it, written after
         for ev in [e for e in self.t.evals.values() if e["Status"] == "blocked"]:
             if jkey(ev["Namespace"], ev["JobID"]) == except_job:
                 continue
             ev = dict(ev)
             ev["Status"] = "pending"
-            ev["StatusDescription"] = "unblocked: capacity changed"
+            ev["StatusDescription"] = UNBLOCKED
             self._put_eval(index, entry, ev)
 
     # -- jobs
@@ -382,6 +384,10 @@ class SchedulerFSM:
                 and ev["Status"] not in (TERMINAL_EVAL)
             ):
                 continue
+            if ev["Status"] == "blocked" and ev.get("SnapshotIndex", 0) < self.t.index["unblock"]:
+                # Planned on state older than the last capacity change, whose unblock it missed
+                # (Nomad's missed unblock): evaluated again at once, not left waiting.
+                ev = {**ev, "Status": "pending", "StatusDescription": UNBLOCKED}
             self._put_eval(index, entry, ev)
             if ev.get("QueuedAllocations") is not None and ev["Status"] in ("complete", "blocked"):
                 key = jkey(ev["Namespace"], ev["JobID"])

@@ -26,6 +26,7 @@ from services.secrets.core.tokens import TokenStore
 from services.secrets.core.wrapping import WrappingManager
 from services.secrets.errors import bad_request
 from services.secrets.keyring import Keyring
+from services.secrets.system import version_history_paths
 from shared import subjects
 from shared.storage import Storage
 
@@ -146,6 +147,7 @@ class Core:
         await self.reload()
         if self.dr_mode != "secondary":  # a DR secondary revokes nothing: its primary does
             self.expiration.start()
+            await version_history_paths.record(self)
         self.active = True
         self.state_changed()
 

@@ -67,9 +67,11 @@ DR_PREFIX = "sys/replication/dr/"
 
 
 def _dr_secondary_ok(path: str) -> bool:
+    # sys/leader as Vault Enterprise's DR secondaries serve it: `bao status` asks it.
     return path.startswith(DR_PREFIX) or path.rstrip("/") in (
         "sys/health",
         "sys/seal-status",
+        "sys/leader",
         "sys/internal/readiness",
     )
 
@@ -186,7 +188,7 @@ async def _handle(core: Core, env: HttpRequest) -> HttpResponse:
         raise SecretsError(
             400,
             "this cluster is a DR secondary: it serves only "
-            "sys/replication/dr/*, sys/health and sys/seal-status",
+            "sys/replication/dr/*, sys/health, sys/seal-status and sys/leader",
         )
     # Before unseal only a few system paths answer, all in the root namespace.
     sealed_now = core.sealed

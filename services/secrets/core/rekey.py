@@ -29,11 +29,12 @@ import structlog
 from services.secrets import shamir
 from services.secrets.core.barrier import CasConflict
 from services.secrets.core.seal import ROOT_KEY, SEAL_CONFIG, SealConfig
+from services.secrets.core.share_attempt import ShareAttempt, add_share, combine_shares
 from services.secrets.errors import bad_request
-from services.secrets.keyring import BarrierError, open_with, seal_with
+from services.secrets.keyring import seal_with
 
 if TYPE_CHECKING:
-    from services.secrets.core.core import Core
+    pass
 
 log = structlog.get_logger("rekey")
 
@@ -75,56 +76,18 @@ def check_shares(shares: int, threshold: int) -> None:
         raise bad_request("invalid rotate seal configuration: shares must be 255 or less")
 
 
-def _add_share(have: list[bytes], share: bytes, multi: bool) -> list[bytes]:
-    """Shares of one attempt, refusing the same share twice (constant-time comparison)."""
-    if multi and len(share) < 2:
-        raise bad_request("the key share is too short")
-    for old in have:
-        if hmac.compare_digest(old, share) or (multi and old[-1:] == share[-1:]):
-            raise bad_request("given key has already been provided during this rotation")
-    return [*have, share]
-
-
-def _combine(shares: list[bytes], threshold: int, total: int) -> bytes:
-    return shares[0] if threshold == 1 or total == 1 else shamir.combine(shares)
-
-
-class Rekey:
-    def __init__(self, core: Core) -> None:
-        self.core = core
-
-    def _view(self):  # type: ignore[no-untyped-def]
-        return self.core.barrier.view("")
-
-    async def _seal_config(self) -> SealConfig:
-        config = await self.core.seal.load_config()
-        if config is None:
-            raise bad_request("the secrets service is not initialized")
-        if config.type == "static":
-            raise bad_request("rekeying is not supported with an auto-unseal (static) seal")
-        return config
+class Rekey(ShareAttempt[Attempt]):
+    PATH = ATTEMPT
+    KIND = Attempt
+    WHAT = "the rekey attempt"
+    STATIC_REFUSAL = "rekeying is not supported with an auto-unseal (static) seal"
 
     async def attempt(self) -> Attempt | None:
-        return await self._view().get_obj(ATTEMPT, Attempt)
-
-    async def _load(self) -> tuple[Attempt | None, int]:
-        got = await self._view().get_obj_entry(ATTEMPT, Attempt)
-        return (None, 0) if got is None else got
-
-    async def _save(self, attempt: Attempt, revision: int) -> None:
-        """Compare-and-set: two replicas taking shares at once cannot lose one silently."""
-        data = msgspec.json.encode(attempt)
-        try:
-            if revision:
-                await self._view().update(ATTEMPT, data, revision)
-            else:
-                await self._view().create(ATTEMPT, data)
-        except CasConflict:
-            raise bad_request("the rekey attempt changed meanwhile; submit the key again") from None
+        return await self.view().get_obj(ATTEMPT, Attempt)
 
     # ---- status ----------------------------------------------------------------------------
     async def status(self) -> dict[str, Any]:
-        config = await self._seal_config()
+        config = await self.seal_config()
         attempt = await self.attempt()
         if attempt is None:
             return {"started": False, "t": 0, "n": 0, "required": config.secret_threshold}
@@ -143,7 +106,7 @@ class Rekey:
     async def start(
         self, shares: int, threshold: int, *, backup: bool, verify: bool, pgp_keys: list[str]
     ) -> dict[str, Any]:
-        await self._seal_config()
+        await self.seal_config()
         if await self.attempt() is not None:
             raise bad_request("rotation already in progress")
         if pgp_keys:
@@ -152,7 +115,7 @@ class Rekey:
             raise bad_request("backup requires pgp_keys, which are not supported")
         check_shares(shares, threshold)
         try:
-            await self._view().create(
+            await self.view().create(
                 ATTEMPT,
                 msgspec.json.encode(
                     Attempt(
@@ -167,35 +130,17 @@ class Rekey:
             raise bad_request("rotation already in progress") from None
         return await self.status()
 
-    async def cancel(self) -> None:
-        await self._view().delete(ATTEMPT)
+    def wrong_nonce(self, attempt: Attempt) -> str:
+        return f'incorrect nonce supplied; nonce for rotation is "{attempt.nonce}"'
 
     # ---- update ----------------------------------------------------------------------------
     async def update(self, share: bytes, nonce: str) -> dict[str, Any]:
-        config = await self._seal_config()
-        attempt, rev = await self._load()
-        if attempt is None:
-            raise bad_request("no rotation in progress")
-        if not nonce:
-            raise bad_request("missing required field 'nonce'")
-        if not hmac.compare_digest(nonce.encode(), attempt.nonce.encode()):
-            raise bad_request(f'incorrect nonce supplied; nonce for rotation is "{attempt.nonce}"')
+        config, attempt, rev = await self.for_share(nonce, "no rotation in progress")
         if attempt.pending_key:
             raise bad_request("rotation already complete; verify the new keys")
-        multi = config.secret_shares > 1 and config.secret_threshold > 1
-        attempt.shares = _add_share(attempt.shares, share, multi)
-        if len(attempt.shares) < config.secret_threshold:
-            await self._save(attempt, rev)
+        root = await self.take_share(attempt, rev, share, config)
+        if root is None:
             return await self.status()
-        try:
-            old_key = _combine(attempt.shares, config.secret_threshold, config.secret_shares)
-            root = await self._root_key(old_key)
-        except (BarrierError, ValueError):
-            attempt.shares = []
-            await self._save(attempt, rev)
-            raise bad_request(
-                "the key shares do not open the barrier; progress was reset"
-            ) from None
         new_key = os.urandom(32)
         new_shares = (
             [new_key]
@@ -215,18 +160,12 @@ class Rekey:
             attempt.shares = []
             attempt.pending_key = new_key
             attempt.verification_nonce = str(uuid.uuid4())
-            await self._save(attempt, rev)
+            await self.save(attempt, rev)
             out["verification_nonce"] = attempt.verification_nonce
             return out
         await self._claim(rev)
         await self._install(root, new_key, attempt, new_shares)
         return out
-
-    async def _root_key(self, unseal_key: bytes) -> bytes:
-        entry = await self.core.storage.get(ROOT_KEY)
-        if entry is None:
-            raise BarrierError("the stored root key is missing")
-        return open_with(unseal_key, entry.value, ROOT_KEY.encode())
 
     async def _install(
         self, root: bytes, new_key: bytes, attempt: Attempt, new_shares: list[bytes]
@@ -247,7 +186,7 @@ class Rekey:
 
     # ---- verification ----------------------------------------------------------------------
     async def _pending(self) -> tuple[Attempt, int]:
-        attempt, rev = await self._load()
+        attempt, rev = await self.load()
         if attempt is None or not attempt.pending_key:
             raise bad_request("no rotation configuration found")
         return attempt, rev
@@ -256,7 +195,7 @@ class Rekey:
         """End the attempt before installing: of two replicas completing it at once, only
         one installs a key."""
         try:
-            await self._view().delete(ATTEMPT, revision)
+            await self.view().delete(ATTEMPT, revision)
         except CasConflict:
             raise bad_request("the rekey attempt changed meanwhile; submit the key again") from None
 
@@ -282,37 +221,39 @@ class Rekey:
         }
 
     async def verify_restart(self) -> dict[str, Any]:
-        attempt, rev = await self._load()
+        attempt, rev = await self.load()
         if attempt is None or not attempt.pending_key:
             return await self.verify_status()
         attempt.verification_nonce = str(uuid.uuid4())
         attempt.verification_shares = []
-        await self._save(attempt, rev)
+        await self.save(attempt, rev)
         return await self.verify_status()
 
     async def verify(self, share: bytes, nonce: str) -> dict[str, Any]:
         if not nonce:
             raise bad_request("missing required field 'nonce'")
         attempt, rev = await self._pending()
-        if not hmac.compare_digest(nonce.encode(), attempt.verification_nonce.encode()):
+        if not hmac.compare_digest(
+            nonce.encode("utf-8", "surrogatepass"), attempt.verification_nonce.encode()
+        ):
             raise bad_request(
                 f'incorrect nonce supplied; nonce for verification is "'
                 f'{attempt.verification_nonce}"'
             )
         multi = attempt.secret_shares > 1
-        attempt.verification_shares = _add_share(attempt.verification_shares, share, multi)
+        attempt.verification_shares = add_share(attempt.verification_shares, share, multi)
         if len(attempt.verification_shares) < attempt.secret_threshold:
-            await self._save(attempt, rev)
+            await self.save(attempt, rev)
             return await self.verify_status()
         try:
-            combined = _combine(
+            combined = combine_shares(
                 attempt.verification_shares, attempt.secret_threshold, attempt.secret_shares
             )
         except ValueError:
             combined = b""
         if not hmac.compare_digest(combined, attempt.pending_key):
             attempt.verification_shares = []
-            await self._save(attempt, rev)
+            await self.save(attempt, rev)
             raise bad_request(
                 "the new key shares do not combine to the new key; progress was reset"
             )

@@ -134,8 +134,8 @@ class PluginManager:
         view = self.core.namespaces.view(ns).sub(entry.storage_prefix())
         uuid = entry.uuid
 
-        async def ensure_running() -> None:
-            await self._ensure(uuid)
+        async def ensure_running(settle: float = 0.0) -> None:
+            await self._ensure(uuid, settle)
 
         async def on_cleanup() -> None:
             await self._forget(uuid)
@@ -151,9 +151,12 @@ class PluginManager:
         self._start_reaper()
         return backend
 
-    async def _ensure(self, uuid: str) -> None:
-        """Start this replica's copy if it is not running, checking the binary first."""
+    async def _ensure(self, uuid: str, settle: float = 0.0) -> None:
+        """Start this replica's copy if it is not running, checking the binary first; with
+        `settle`, first wait that long for a copy that looks alive to be seen to have ended."""
         run = self.running.get(uuid)
+        if run is not None and run.process is not None and run.alive and settle:
+            await run.process.settle(settle)
         if run is None or run.alive or run.backend is None:
             return
         async with run.lock:

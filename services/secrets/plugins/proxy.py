@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from services.secrets.core.mounts import MountEntry
 
 log = structlog.get_logger("plugins")
+# Seconds a plugin nobody answers for, that still looks alive, may take to be seen to have died.
+SETTLE = 2.0
 
 _enc = msgspec.msgpack.Encoder()
 _reply = msgspec.msgpack.Decoder(PluginReply)
@@ -47,7 +49,7 @@ class PluginBackend(Backend):
         storage: BarrierView,
         info: PluginInfo,
         prefix: str,
-        ensure_running: Callable[[], Awaitable[None]],
+        ensure_running: Callable[..., Awaitable[None]],
         on_cleanup: Callable[[], Awaitable[None]],
     ) -> None:
         self.info = info
@@ -106,19 +108,29 @@ class PluginBackend(Backend):
         await self.ensure_running()
         timeout = max(1.0, self.core.settings.request_timeout - 5)
         try:
-            msg = await self.core.bus.nc.request(
-                call_subject(self.prefix), _enc.encode(call), timeout=timeout
-            )
+            msg = await self._request(call, timeout)
         except nats.errors.NoRespondersError:
-            raise upstream(
-                f"plugin {self.mount.type if self.mount else ''!r} is not running"
-            ) from None
-        except nats.errors.TimeoutError:
-            raise SecretsError(504, f"the plugin did not answer within {timeout:g}s") from None
+            # Killed a moment ago, its exit not seen yet: once it is, start it again (the
+            # binary checked again) and ask once more.
+            await self.ensure_running(settle=SETTLE)
+            try:
+                msg = await self._request(call, timeout)
+            except nats.errors.NoRespondersError:
+                raise upstream(
+                    f"plugin {self.mount.type if self.mount else ''!r} is not running"
+                ) from None
         try:
             return _reply.decode(msg.data)
         except msgspec.DecodeError:
             raise upstream("the plugin sent an unreadable reply") from None
+
+    async def _request(self, call: PluginCall, timeout: float) -> Any:
+        try:
+            return await self.core.bus.nc.request(
+                call_subject(self.prefix), _enc.encode(call), timeout=timeout
+            )
+        except nats.errors.TimeoutError:
+            raise SecretsError(504, f"the plugin did not answer within {timeout:g}s") from None
 
     @staticmethod
     def _raise_for(reply: PluginReply) -> None:

@@ -87,6 +87,12 @@ class PluginProcess:
     def alive(self) -> bool:
         return self.proc.returncode is None
 
+    async def settle(self, limit: float) -> None:
+        """Wait up to `limit` for the process to end: a plugin killed a moment ago is reaped
+        by the kernel before asyncio reports its exit, and looks alive until then."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.proc.wait(), limit)
+
     async def stop(self) -> None:
         if self.proc.stdin is not None:
             with contextlib.suppress(Exception):

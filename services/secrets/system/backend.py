@@ -6,6 +6,8 @@ from services.secrets.framework.backend import Backend
 from services.secrets.framework.path import Path
 from services.secrets.system import (
     audit_paths,
+    generate_root_paths,
+    host_info_paths,
     introspection_paths,
     lease_paths,
     managed_key_paths,
@@ -22,6 +24,7 @@ from services.secrets.system import (
     rotate_paths,
     seal_paths,
     tools_paths,
+    version_history_paths,
     wrapping_paths,
 )
 
@@ -49,6 +52,10 @@ MODULES += [metrics_paths]
 MODULES += [audit_paths]
 # What the secrets listener's readiness probe asks of the services behind (issue 20).
 MODULES += [readiness_paths]
+# sys/version-history and sys/host-info, which `bao version-history` and operators read.
+MODULES += [version_history_paths, host_info_paths]
+# A root token from the unseal key shares (`bao operator generate-root`).
+MODULES += [generate_root_paths]
 
 
 class SystemBackend(Backend):

@@ -101,6 +101,9 @@ def paths(core: Core) -> list[Path]:
         from services.secrets.system.mount_paths import entry_json
 
         acl_ns = await _token_acl(req)
+        if acl_ns is None and req.client_token:
+            # As OpenBao: no token lists the `unauth` mounts, a token it does not know is refused.
+            raise permission_denied()
         table = core.table(req.namespace)
         secret: dict[str, Any] = {}
         auth: dict[str, Any] = {}

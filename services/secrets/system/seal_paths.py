@@ -99,6 +99,11 @@ def paths(core: Core) -> list[Path]:
     async def leader(req: Request, _: NoFields) -> Response:
         return raw_json(sys_status.LEADER)
 
+    async def step_down(req: Request, _: NoFields) -> Response:
+        # Every unsealed replica is active (sys/leader: ha_enabled false): there is no active
+        # node to give up its role, so this succeeds doing nothing, as on OpenBao's lone node.
+        return Response()
+
     unauth = {"unauthenticated": True}
     return [
         Path(
@@ -136,5 +141,10 @@ def paths(core: Core) -> list[Path]:
             "leader",
             {Op.READ: Operation(leader, "Leader", **unauth)},
             synopsis="High availability status.",
+        ),
+        Path(
+            "step-down",
+            write(step_down, "Step down the active node", sudo=True),
+            synopsis="Step down the active node (every replica is active: nothing to do).",
         ),
     ]
