@@ -10,6 +10,7 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from services.replication.wire import WalEntry
+from shared.replog import IDLE_HEARTBEAT_SECONDS
 
 KV_OPERATION = "KV-Operation"
 
@@ -37,6 +38,7 @@ class WalReader:
             ordered_consumer=True,
             config=config,
             inactive_threshold=30.0,
+            idle_heartbeat=IDLE_HEARTBEAT_SECONDS,  # a lost consumer noticed in seconds
         )
 
     async def next_batch(self, max_entries: int = 512, wait: float = 1.0) -> list[WalEntry]:

@@ -182,6 +182,28 @@ async def _kv(nc: Client, unique: str) -> Any:
     return await nc.jetstream().create_key_value(KeyValueConfig(bucket=f"{unique}_leases"))
 
 
+async def test_a_lost_follower_consumer_is_noticed_in_seconds(nc: Client, unique: str) -> None:
+    """The follower's consumer lives on one nats-server; when that server dies while this
+    replica's connection is to another, nothing but missed heartbeats tells. Deleting it on the
+    server does the same to a single server; appends wait for the replica to apply, so they
+    must resume in seconds (nats-py's default heartbeat took 10-20 s: the failover drill's
+    stalled scheduler writes)."""
+    js = nc.jetstream()
+    m = Names()
+    b = ReplicatedLog(js, unique, m)
+    await b.start()
+    try:
+        await b.append("add", b"before")
+        info = await b._sub.consumer_info()
+        await js.delete_consumer(info.stream_name, info.name)
+        started = time.monotonic()
+        await asyncio.wait_for(b.append("add", b"after"), 8.0)  # 10 s or more before the fix
+        assert "after" in m.names and time.monotonic() - started < 8.0
+        await asyncio.wait_for(b.append("add", b"later"), 8.0)  # and it keeps following
+    finally:
+        await b.stop()
+
+
 async def test_leader_election_and_takeover_on_release(nc: Client, unique: str) -> None:
     kv = await _kv(nc, unique)
     events: list[str] = []
