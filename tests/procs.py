@@ -104,8 +104,10 @@ def dev(*args: str) -> Iterator[DevProcess]:
 
 
 def spawn_service(
-    name: str, nats_url: str, cluster: str, log_dir: Path, **env: str
+    name: str, nats_url: str, cluster: str, log_dir: Path, *, health_port: int = 0, **env: str
 ) -> subprocess.Popen[bytes]:
+    """`trellis run <name>`, its output in a log file under `log_dir`; its /healthz and
+    /readyz on `health_port` (a free port when 0)."""
     log = open(log_dir / f"{name}-{time.monotonic_ns()}.log", "wb")  # noqa: SIM115
     return subprocess.Popen(
         [
@@ -115,7 +117,7 @@ def spawn_service(
             "run",
             name,
             "--health-addr",
-            f"127.0.0.1:{free_port()}",
+            f"127.0.0.1:{health_port or free_port()}",
         ],
         cwd=ROOT,
         stdout=log,

@@ -65,16 +65,22 @@ class SecretsService:
 
     async def start(self) -> None:
         js = self.bus.nc.jetstream()
-        storage = await JetStreamStorage.open(
-            js,
-            bucket_name(self.settings, "secrets"),
-            replicas=self.settings.replicas,
-            cache_feed=subjects.SECRETS_STORAGE_FEED.on(self.settings.cluster_name)
-            if self.settings.storage_cache
-            else "",
+        # A JetStream API call may time out while the servers are busy (a start under load, a
+        # server restarting): each start-up step is tried again rather than ending the replica.
+        storage = await _retrying(
+            lambda: JetStreamStorage.open(
+                js,
+                bucket_name(self.settings, "secrets"),
+                replicas=self.settings.replicas,
+                cache_feed=subjects.SECRETS_STORAGE_FEED.on(self.settings.cluster_name)
+                if self.settings.storage_cache
+                else "",
+            )
         )
-        leader_store = await JetStreamStorage.open(
-            js, bucket_name(self.settings, "leader"), replicas=self.settings.replicas
+        leader_store = await _retrying(
+            lambda: JetStreamStorage.open(
+                js, bucket_name(self.settings, "leader"), replicas=self.settings.replicas
+            )
         )
         self.core = core = Core(self.bus, self.settings, storage, is_leader=self._is_leader)
         self.lease = LeaderLease(leader_store.kv, "secrets-expiration", core.seal.node_id, ttl=6.0)

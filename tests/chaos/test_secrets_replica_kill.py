@@ -4,6 +4,7 @@ only errors clients see are 503/504 for requests in flight on the dead replica."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from pathlib import Path
@@ -17,6 +18,13 @@ from tests.procs import spawn_service, wait_http
 pytestmark = pytest.mark.nats
 
 
+def _log_tails(log_dir: Path) -> str:
+    return "\n".join(
+        p.name + ":\n" + p.read_text(errors="replace")[-3000:]
+        for p in sorted(log_dir.glob("secrets-*.log"))
+    )
+
+
 async def test_kill_one_replica_under_writes(nats_url: str, tmp_path: Path) -> None:
     cluster = "chaos" + uuid.uuid4().hex[:8]
     port = free_port()
@@ -28,7 +36,10 @@ async def test_kill_one_replica_under_writes(nats_url: str, tmp_path: Path) -> N
         # first init and unseal on a loaded machine (the parallel suite).
         "TRELLIS_REQUEST_TIMEOUT": "15",
     }
-    procs = [spawn_service("secrets", nats_url, cluster, tmp_path, **env) for _ in range(2)]
+    health = [free_port(), free_port()]
+    procs = [
+        spawn_service("secrets", nats_url, cluster, tmp_path, health_port=h, **env) for h in health
+    ]
     procs.append(spawn_service("gateway", nats_url, cluster, tmp_path, **env))
     base = f"http://127.0.0.1:{port}"
     try:
@@ -48,6 +59,17 @@ async def test_kill_one_replica_under_writes(nats_url: str, tmp_path: Path) -> N
                 await asyncio.sleep(0.1)
                 async with s.get(base + "/v1/sys/seal-status") as r:
                     unsealed = r.status == 200 and (await r.json())["sealed"] is False
+            # Each replica unseals on its own (a peer's share or keyring): the kill is a test
+            # of failover only once both serve.
+            for h in health:
+                while True:
+                    assert time.monotonic() < deadline, f"replica on {h} did not unseal"
+                    with contextlib.suppress(aiohttp.ClientError):
+                        async with s.get(f"http://127.0.0.1:{h}/readyz") as r:
+                            state = await r.json()
+                            if r.status == 200 and state.get("sealed") is False:
+                                break
+                    await asyncio.sleep(0.1)
             hdr = {"X-Vault-Token": init["root_token"]}
             acked: dict[str, int] = {}
             enough = asyncio.Event()
@@ -56,6 +78,7 @@ async def test_kill_one_replica_under_writes(nats_url: str, tmp_path: Path) -> N
             acked_at_kill: list[int] = []
             statuses: dict[int, int] = {}
             before_kill: dict[int, int] = {}
+            errors: list[str] = []
             stop = time.monotonic() + 60
 
             async def writer(w: int) -> None:
@@ -67,6 +90,8 @@ async def test_kill_one_replica_under_writes(nats_url: str, tmp_path: Path) -> N
                             f"{base}/v1/secret/data/{key}", headers=hdr, json={"data": {"n": n}}
                         ) as r:
                             statuses[r.status] = statuses.get(r.status, 0) + 1
+                            if r.status != 200 and len(errors) < 5:
+                                errors.append(f"{r.status} {await r.text()}")
                             if r.status == 200:
                                 acked[key] = n
                                 if len(acked) >= 50:
@@ -87,9 +112,13 @@ async def test_kill_one_replica_under_writes(nats_url: str, tmp_path: Path) -> N
             await asyncio.gather(killer(), *(writer(w) for w in range(8)))
             # The statuses before the kill tell a survivor that never served from one that
             # stopped serving when its peer died.
-            assert after_kill.is_set(), (
-                f"writes stopped after the kill: {statuses}; before it: {before_kill}"
-            )
+            if not after_kill.is_set():
+                survivor = procs[1].poll()
+                logs = _log_tails(tmp_path)
+                pytest.fail(
+                    f"writes stopped after the kill: {statuses}; before it: {before_kill}; "
+                    f"first errors: {errors}; survivor exit code: {survivor}\n{logs}"
+                )
             assert len(acked) > 100
             assert set(statuses) <= {200, 503, 504}, statuses
             missing = []
