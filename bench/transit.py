@@ -3,7 +3,7 @@ Ed25519 and with RSA-2048, the same closed-loop Python load for both servers, in
 (OpenBao, Trellis, OpenBao, Trellis...) so that machine noise hits both alike.
 
     python bench/transit.py [--seconds 4] [--clients 32] [--rounds 2] [--load python|wrk]
-                            [--secrets-replicas 1] [--crypto-processes 2]
+                            [--secrets-replicas 1] [--crypto-processes 2] [--cpu-affinity auto|off]
                             [--dev-arg=--gateways=1 ...]
 
 Prints each operation's rate on both and the ratio Trellis / OpenBao (goal: each >= 1); with
@@ -136,6 +136,8 @@ async def run(args: argparse.Namespace) -> int:
         str(args.secrets_replicas),
         "--crypto-processes",
         str(args.crypto_processes),
+        "--cpu-affinity",
+        args.cpu_affinity,
         *args.dev_arg,
     ]
     with openbao_dev() as bao, trellis_dev(*extra) as dev:
@@ -214,6 +216,12 @@ def main() -> None:
     parser.add_argument("--secrets-replicas", type=int, default=1)
     parser.add_argument("--crypto-processes", type=int, default=2)
     parser.add_argument("--load", choices=("python", "wrk"), default="python")
+    parser.add_argument(
+        "--cpu-affinity",
+        default="auto",
+        help="`trellis dev --cpu-affinity` (default auto: on 2 CPUs the gateways apart from the "
+        "secrets replica and nats-server; 'off' to compare)",
+    )
     parser.add_argument(
         "--dev-arg", action="append", default=[], help="an extra `trellis dev` argument"
     )

@@ -69,6 +69,13 @@ def main(argv: list[str] | None = None) -> None:
         "usable CPUs, else 1)",
     )
     dev.add_argument(
+        "--cpu-affinity",
+        default="off",
+        help="pin kinds of process to CPUs: 'kind=cpus;...' (e.g. 'gateway=0;secrets=1;nats=1'), "
+        "'auto' (that layout on a 2-CPU host: the gateways apart from the secrets replicas "
+        "and nats-server) or 'off'",
+    )
+    dev.add_argument(
         "--services",
         default="all",
         help="comma list of services beside secrets and the gateway "

@@ -34,6 +34,7 @@ from services.supervisor import (
     restrict_umask,
     write_private,
 )
+from shared import cpu_affinity
 from shared.localnet import free_port, http_json
 from shared.nats_binary import MISSING as NATS_MISSING
 from shared.nats_binary import find_nats_server
@@ -308,13 +309,23 @@ def _gateways_line(sup: Supervisor) -> str:
     listeners' own /metrics answer for whichever process took the connection)."""
     gateways = [c for c in sup.children if c.kind == "gateway"]
     metrics = " ".join(f"http://{c.health}/metrics" for c in gateways)
-    return f"Gateways:       {len(gateways)} (metrics of each: {metrics})"
+    line = f"Gateways:       {len(gateways)} (metrics of each: {metrics})"
+    if sup.affinity:
+        pins = "; ".join(f"{k}={','.join(map(str, sorted(v)))}" for k, v in sup.affinity.items())
+        line += f"\nCPU affinity:   {pins}"
+    return line
 
 
 def run_dev(args: Any) -> int:
     restrict_umask()
     dev_sched.batch_scheduling()  # before any child starts: they inherit it
     gateways = max(1, args.gateways or gateway_procs.dev_default())
+    try:
+        affinity = cpu_affinity.parse(
+            getattr(args, "cpu_affinity", "off"), cpu_affinity.usable_cpus()
+        )
+    except ValueError as exc:
+        raise SystemExit(f"--cpu-affinity: {exc}") from None
     # A taken port fails now, not after the start-up; with several gateways the ports stay
     # ours (no second `trellis dev` can share them) until they have stopped.
     addrs, held = port_guard.claim(
@@ -347,7 +358,7 @@ def run_dev(args: Any) -> int:
     if args.plugin_directory:
         env["TRELLIS_PLUGIN_DIRECTORY"] = str(Path(args.plugin_directory).resolve())
     env.update(dev_tls.client_ca_env(args))
-    sup = Supervisor(data_dir / "logs", env)
+    sup = Supervisor(data_dir / "logs", env, affinity=affinity)
     insecure = bool(getattr(args, "insecure_bus", False))
     bus = dev_nats.prepare(
         data_dir, args.cluster_name, own_nats=not args.nats_url, insecure=insecure
@@ -431,6 +442,10 @@ def run_server(config: str, *, insecure_bus: bool = False) -> int:
     restrict_umask()
     # Validated here; each child reads the same file.
     settings = load_settings(config, insecure_bus=True if insecure_bus else None)
+    try:
+        affinity = cpu_affinity.parse(settings.cpu_affinity, cpu_affinity.usable_cpus())
+    except ValueError as exc:
+        raise SystemExit(f"cpu_affinity: {exc}") from None
     from shared.bus_guard import require_closed_bus
     from shared.runner import nats_options
 
@@ -448,7 +463,7 @@ def run_server(config: str, *, insecure_bus: bool = False) -> int:
         names = ("TRELLIS_SECRETS_ADDR", "TRELLIS_WORKSPACE_ADDR", "TRELLIS_SCHEDULER_ADDR")
         env.update(zip(names, addrs, strict=True))
     log_dir = Path(tempfile.mkdtemp(prefix="trellis-server-"))
-    sup = Supervisor(log_dir, env, inherit_output=True)
+    sup = Supervisor(log_dir, env, inherit_output=True, affinity=affinity)
     sup.install_signal_handlers()
     code = 0
     services = ["secrets", "crypto", "replication", "workspace", "scheduler"]

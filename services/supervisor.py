@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from services.restarts import RestartPolicy
-from shared import start_gate
+from shared import cpu_affinity, start_gate
 from shared.localnet import free_port, http_json
 
 # Kubernetes gives a pod 30 s between SIGTERM and SIGKILL; finish well inside it.
@@ -149,6 +149,8 @@ class Supervisor:
     stop_timeout: float = STOP_TIMEOUT
     # Environment added for one kind of child only ("secrets", "gateway", ...).
     per_kind_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    # The CPUs a kind of child runs on (shared/cpu_affinity.py); absent kinds run anywhere.
+    affinity: cpu_affinity.Layout = field(default_factory=dict)
     # While starting, a signal interrupts the start-up steps; afterwards it only sets flags.
     interrupt_on_signal: bool = True
     stop_signal: int = 0
@@ -176,11 +178,13 @@ class Supervisor:
         env["TRELLIS_INSTANCE_ID"] = f"{name}-{self.run_id}"
         log = self.log_dir / f"{name}.log"
         if not gated:
-            child = Child(name, self._popen(argv, env, log), log, argv, env)
+            child = Child(name, self._popen(argv, env, log, kind=kind), log, argv, env)
         else:
             read, write, gate = start_gate.open_gate()
             try:
-                proc = self._popen(argv, {**env, start_gate.GATE_ENV: gate}, log, (read,))
+                proc = self._popen(
+                    argv, {**env, start_gate.GATE_ENV: gate}, log, (read,), kind=kind
+                )
             finally:
                 os.close(read)
             child = Child(name, proc, log, argv, env, gate=write)
@@ -195,11 +199,17 @@ class Supervisor:
             child.gate = None
 
     def _popen(
-        self, argv: list[str], env: dict[str, str], log: Path, pass_fds: tuple[int, ...] = ()
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        log: Path,
+        pass_fds: tuple[int, ...] = (),
+        *,
+        kind: str,
     ) -> subprocess.Popen[bytes]:
         out = None if self.inherit_output else open_private(log)
         try:
-            return subprocess.Popen(
+            proc = subprocess.Popen(
                 argv,
                 env=env,
                 stdout=out,
@@ -212,6 +222,10 @@ class Supervisor:
         finally:
             if out is not None:
                 out.close()
+        cpus = self.affinity.get(kind)
+        if cpus:
+            cpu_affinity.pin(proc.pid, cpus)
+        return proc
 
     def service(
         self,
@@ -329,7 +343,7 @@ class Supervisor:
     def _restart(self, child: Child) -> None:
         child.restart_at = None
         child.restarts += 1
-        child.proc = self._popen(child.argv, child.env, child.log)
+        child.proc = self._popen(child.argv, child.env, child.log, kind=child.kind)
         self.note(f"{child.name} restarted (pid {child.proc.pid}, restart {child.restarts})", child)
         if child.on_restart is not None:
             threading.Thread(

@@ -1,12 +1,15 @@
 """Transit with unmodified hvac through `trellis dev`: every key type, rotation and minimum
 versions, derived and convergent keys, batches, export, backup and restore, data keys, random,
-hash, HMAC, and signatures checked by openssl (RSA, ECDSA) and `cryptography` (Ed25519)."""
+hash, HMAC, and signatures checked by openssl (RSA, ECDSA) and `cryptography` (Ed25519). The
+cluster runs with the benchmark's layout (`--cpu-affinity`: gateways apart from the secrets
+replica and nats-server), and the processes are checked to run where it says."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import hmac
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,13 +32,51 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("transit-dev")
 
 
+USABLE = sorted(os.sched_getaffinity(0))
+# The auto layout's shape on any host: the gateways on the first usable CPU, the secrets
+# replica and nats-server on the last (the same CPU on a 1-CPU host).
+GATEWAY_CPU, SECRETS_CPU = USABLE[0], USABLE[-1]
+LAYOUT = f"gateway={GATEWAY_CPU};secrets={SECRETS_CPU};nats={SECRETS_CPU}"
+
+
 @pytest.fixture(scope="module")
-def client(data_dir: Path) -> Iterator[hvac.Client]:
-    d: DevProcess
-    with dev("--services", "crypto", "--data-dir", str(data_dir)) as d:
-        c = hvac.Client(url=d.secrets, token=d.root_token)
-        c.sys.enable_secrets_engine("transit", path="transit")
-        yield c
+def dev_process(data_dir: Path) -> Iterator[DevProcess]:
+    with dev("--services", "crypto", "--data-dir", str(data_dir), "--cpu-affinity", LAYOUT) as d:
+        yield d
+
+
+@pytest.fixture(scope="module")
+def client(dev_process: DevProcess) -> hvac.Client:
+    c = hvac.Client(url=dev_process.secrets, token=dev_process.root_token)
+    c.sys.enable_secrets_engine("transit", path="transit")
+    return c
+
+
+def _descendants(pid: int) -> list[int]:
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [d for c in map(int, children) for d in (c, *_descendants(c))]
+
+
+def _kind(pid: int) -> str:
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    if argv[0].endswith(b"nats-server"):
+        return "nats"
+    return argv[argv.index(b"run") + 1].decode() if b"run" in argv else ""
+
+
+def test_each_kind_runs_on_the_cpus_its_layout_names(dev_process: DevProcess) -> None:
+    assert f"CPU affinity:   gateway={GATEWAY_CPU}; secrets={SECRETS_CPU}" in "".join(
+        dev_process.output
+    )
+    seen: dict[str, set[int]] = {}
+    for pid in _descendants(dev_process.proc.pid):
+        kind = _kind(pid)
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            seen.setdefault(kind, set()).update(os.sched_getaffinity(int(task.name)))
+    assert seen["gateway"] == {GATEWAY_CPU}
+    assert seen["secrets"] == {SECRETS_CPU}
+    assert seen["nats"] == {SECRETS_CPU}
+    assert seen["crypto"] == set(USABLE)  # not named: anywhere
 
 
 def raw_sig(signature: str) -> bytes:

@@ -138,3 +138,62 @@ def test_an_environment_copied_from_a_gated_child_holds_no_gate(tmp_path: Path) 
         assert out.stdout.strip() == "started copied", out
     finally:
         sup.stop()
+
+
+def _masks(pid: int) -> list[set[int]]:
+    return [os.sched_getaffinity(int(t.name)) for t in Path(f"/proc/{pid}/task").iterdir()]
+
+
+def test_a_kind_with_cpus_runs_pinned_threads_and_restarts_included(tmp_path: Path) -> None:
+    usable = os.sched_getaffinity(0)
+    cpu = frozenset({min(usable)})
+    sup = Supervisor(tmp_path, dict(os.environ), interrupt_on_signal=False)
+    sup.affinity = {"secrets": cpu}
+    # Threads started at once, as nats-server's runtime and uvloop's do.
+    script = (
+        "import threading, time\n"
+        "for _ in range(3): threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+        "print('up', flush=True); time.sleep(60)"
+    )
+    pinned = sup.spawn("secrets#2", [PY, "-c", script])
+    free = sup.spawn("workspace", [PY, "-c", script])
+    try:
+        until(lambda: "up" in pinned.log.read_text() and "up" in free.log.read_text())
+        masks = _masks(pinned.proc.pid)
+        assert len(masks) == 4 and all(m == cpu for m in masks), masks
+        assert all(m == usable for m in _masks(free.proc.pid))
+        pinned.proc.kill()
+        pinned.proc.wait()
+        sup._restart(pinned)
+        until(lambda: pinned.log.read_text().count("up") == 2)
+        assert all(m == cpu for m in _masks(pinned.proc.pid))
+    finally:
+        sup.stop()
+
+
+def _trellis(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PY, "-m", "services.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+
+
+def test_trellis_dev_refuses_a_bad_cpu_affinity_before_starting_anything(tmp_path: Path) -> None:
+    got = _trellis("dev", "--cpu-affinity", "secrets=999", "--data-dir", str(tmp_path))
+    assert got.returncode != 0
+    assert "--cpu-affinity: secrets: CPUs [999] are not usable here" in got.stderr
+    assert not (tmp_path / "logs").exists()
+
+
+def test_trellis_server_refuses_a_bad_cpu_affinity_before_starting_anything(
+    tmp_path: Path,
+) -> None:
+    cfg = tmp_path / "trellis.yaml"
+    # No NATS at that address: the setting is refused before anything is reached.
+    cfg.write_text('nats_url: nats://127.0.0.1:1\ncpu_affinity: "gateway=0-x"\n')
+    got = _trellis("server", "--config", str(cfg))
+    assert got.returncode != 0
+    assert "cpu_affinity: not a CPU list: '0-x'" in got.stderr

@@ -9,6 +9,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from services.secrets.engines.transit.ed25519_signer import Ed25519Signer
 from services.secrets.engines.transit.keyobjects import kept
 from services.secrets.engines.transit.policy import Policy, TransitError
 
@@ -27,7 +28,7 @@ def public_of(p: Policy, ver: int) -> Any:
 def _private(p: Policy, ver: int) -> Any:
     e = p.version(ver)
     if p.type == "ed25519":
-        return ed25519.Ed25519PrivateKey.from_private_bytes(e.key[:32])
+        return Ed25519Signer(e.key[:32])
     if not e.private_der:
         raise TransitError("requested version for signing does not contain a private part")
     return serialization.load_der_private_key(e.private_der, password=None)

@@ -18,6 +18,7 @@ from services.crypto import ops_transit as ops
 from services.secrets.engines.transit import symmetric as sym
 from services.secrets.engines.transit.asym import private_of, public_of
 from services.secrets.engines.transit.batch import batch_response, run_items
+from services.secrets.engines.transit.ed25519_signer import Ed25519Signer
 from services.secrets.engines.transit.policy import Policy, TransitError
 from services.secrets.errors import bad_request
 from services.secrets.framework.path import Path, write
@@ -183,18 +184,21 @@ def paths(b: TransitBackend) -> list[Path]:
                 out["public_key"] = base64.b64encode(key.public_key().public_bytes_raw()).decode()
             else:
                 key = private_of(p, ver)
-            try:
-                sig = ops.sign(
-                    key,
-                    p.type,
-                    data,
-                    o.hash_algorithm,
-                    o.signature_algorithm,
-                    o.salt_length,
-                    o.marshaling,
-                )
-            except ops.CryptoFailure as exc:
-                raise TransitError(str(exc)) from None
+            if isinstance(key, Ed25519Signer):
+                sig = key.sign(data)  # Ed25519 signs the message itself (libsodium)
+            else:
+                try:
+                    sig = ops.sign(
+                        key,
+                        p.type,
+                        data,
+                        o.hash_algorithm,
+                        o.signature_algorithm,
+                        o.salt_length,
+                        o.marshaling,
+                    )
+                except ops.CryptoFailure as exc:
+                    raise TransitError(str(exc)) from None
         return {"signature": sym.prefix(ver) + encode_sig(sig, o), "key_version": ver, **out}
 
     def verify_one(p: Policy, f: SignFields, o: Options, item: SignItem) -> dict[str, Any]:

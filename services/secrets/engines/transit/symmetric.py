@@ -12,10 +12,10 @@ import struct
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ed25519
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from services.secrets.engines.transit.ed25519_signer import Ed25519Signer
 from services.secrets.engines.transit.keyobjects import kept
 from services.secrets.engines.transit.policy import (
     CONVERGENT_VERSION,
@@ -64,11 +64,11 @@ def derive(p: Policy, ver: int, context: bytes, length: int) -> bytes:
     return HKDF(algorithm=hashes.SHA256(), length=length, salt=None, info=context).derive(base)
 
 
-def _derived_ed25519(p: Policy, ver: int, context: bytes) -> ed25519.Ed25519PrivateKey:
-    return ed25519.Ed25519PrivateKey.from_private_bytes(derive(p, ver, context, 32))
+def _derived_ed25519(p: Policy, ver: int, context: bytes) -> Ed25519Signer:
+    return Ed25519Signer(derive(p, ver, context, 32))
 
 
-def derived_ed25519(p: Policy, ver: int, context: bytes) -> ed25519.Ed25519PrivateKey:
+def derived_ed25519(p: Policy, ver: int, context: bytes) -> Ed25519Signer:
     """Vault feeds HKDF output to ed25519.GenerateKey as its seed."""
     return kept(p, ("ed25519", ver, context), _derived_ed25519, p, ver, context)
 
