@@ -218,9 +218,9 @@ def main() -> None:
     parser.add_argument("--load", choices=("python", "wrk"), default="python")
     parser.add_argument(
         "--cpu-affinity",
-        default="auto",
-        help="`trellis dev --cpu-affinity` (default auto: on 2 CPUs the gateways apart from the "
-        "secrets replica and nats-server; 'off' to compare)",
+        default="off",
+        help="`trellis dev --cpu-affinity` (default off, as trellis dev; 'auto' on 2 CPUs puts "
+        "the gateways apart from the secrets replica and nats-server)",
     )
     parser.add_argument(
         "--dev-arg", action="append", default=[], help="an extra `trellis dev` argument"
