@@ -69,7 +69,10 @@ def auto(usable: frozenset[int]) -> Layout:
 
 
 def usable_cpus() -> frozenset[int]:
-    return frozenset(os.sched_getaffinity(0))
+    """The CPUs this process may run on; none where the platform cannot pin (macOS), so that
+    only `off` and `auto` (which then pins nothing) are accepted there."""
+    getaffinity = getattr(os, "sched_getaffinity", None)
+    return frozenset(getaffinity(0)) if getaffinity is not None else frozenset()
 
 
 def pin(pid: int, cpus: frozenset[int]) -> None:

@@ -55,3 +55,10 @@ def test_pairs() -> None:
 def test_a_bad_spec_says_what_is_wrong(spec: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse(spec, TWO)
+
+
+def test_where_nothing_can_be_pinned_off_and_auto_pin_nothing_and_a_layout_is_refused() -> None:
+    # usable_cpus() is empty where the platform has no sched_getaffinity (macOS).
+    assert parse("off", frozenset()) == {} == parse("auto", frozenset())
+    with pytest.raises(ValueError, match=r"CPUs \[0\] are not usable here \(usable: \[\]\)"):
+        parse("gateway=0", frozenset())
