@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
@@ -22,9 +22,6 @@ from services.replication import pgp
 from services.secrets.core.barrier import CasConflict
 from services.secrets.core.share_attempt import ShareAttempt
 from services.secrets.errors import bad_request
-
-if TYPE_CHECKING:
-    pass
 
 ATTEMPT = "core/generate-root/attempt"
 # The length of a root token ("hvs." and 24 base62 characters): the pad must match it.
