@@ -3,7 +3,7 @@ Ed25519 and with RSA-2048, the same closed-loop Python load for both servers, in
 (OpenBao, Trellis, OpenBao, Trellis...) so that machine noise hits both alike.
 
     python bench/transit.py [--seconds 4] [--clients 32] [--rounds 2] [--load python|wrk]
-                            [--secrets-replicas 1] [--crypto-processes 2] [--cpu-affinity auto|off]
+                            [--secrets-replicas N] [--crypto-processes 2] [--cpu-affinity auto|off]
                             [--dev-arg=--gateways=1 ...]
 
 Prints each operation's rate on both and the ratio Trellis / OpenBao (goal: each >= 1); with
@@ -132,8 +132,7 @@ async def run(args: argparse.Namespace) -> int:
     extra = [
         "--services",
         "crypto",
-        "--secrets-replicas",
-        str(args.secrets_replicas),
+        *(["--secrets-replicas", str(args.secrets_replicas)] if args.secrets_replicas else []),
         "--crypto-processes",
         str(args.crypto_processes),
         "--cpu-affinity",
@@ -213,7 +212,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--secrets-replicas", type=int, default=1)
+    parser.add_argument(
+        "--secrets-replicas", type=int, default=0, help="default: trellis dev's (2 on 2 CPUs)"
+    )
     parser.add_argument("--crypto-processes", type=int, default=2)
     parser.add_argument("--load", choices=("python", "wrk"), default="python")
     parser.add_argument(

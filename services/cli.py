@@ -59,7 +59,12 @@ def main(argv: list[str] | None = None) -> None:
         "(PEM; for the cert auth method)",
     )
     dev.add_argument("--log-json", action="store_true")
-    dev.add_argument("--secrets-replicas", type=int, default=1)
+    dev.add_argument(
+        "--secrets-replicas",
+        type=int,
+        default=0,
+        help="secrets replicas (default: 2 with 2 or more usable CPUs, else 1)",
+    )
     dev.add_argument("--crypto-processes", type=int, default=1)
     dev.add_argument(
         "--gateways",

@@ -304,12 +304,15 @@ def _release(
     )
 
 
-def _gateways_line(sup: Supervisor) -> str:
-    """The banner line on the gateway processes: each answers /metrics for itself only (the
-    listeners' own /metrics answer for whichever process took the connection)."""
+def _processes_lines(sup: Supervisor) -> str:
+    """The banner lines on the per-request processes: the gateways (each answers /metrics for
+    itself only; the listeners' own /metrics answer for whichever process took the
+    connection), the secrets replicas and the CPUs they are pinned to."""
     gateways = [c for c in sup.children if c.kind == "gateway"]
     metrics = " ".join(f"http://{c.health}/metrics" for c in gateways)
     line = f"Gateways:       {len(gateways)} (metrics of each: {metrics})"
+    replicas = sum(c.kind == "secrets" for c in sup.children)
+    line += f"\nSecrets:        {replicas} replica{'s' if replicas != 1 else ''}"
     if sup.affinity:
         pins = "; ".join(f"{k}={','.join(map(str, sorted(v)))}" for k, v in sup.affinity.items())
         line += f"\nCPU affinity:   {pins}"
@@ -386,7 +389,10 @@ def run_dev(args: Any) -> int:
             if args.services == "all"
             else {s.strip() for s in args.services.split(",") if s.strip()}
         )
-        started = [sup.service("secrets") for _ in range(max(1, args.secrets_replicas))]
+        # As many replicas as gateways by default: an Ed25519 sign load keeps one replica's
+        # loop busy while the other core idles (docs/performance.md, "Transit, ninth round").
+        replicas = max(1, args.secrets_replicas or gateway_procs.dev_default())
+        started = [sup.service(name) for name in gateway_procs.names(replicas, "secrets")]
         if "replication" in wanted:
             started.append(sup.service("replication"))
         if "crypto" in wanted:
@@ -415,7 +421,7 @@ Secrets API:    {dev_tls.scheme(args)}://{args.secrets_addr}
 Workspace API:  {dev_tls.scheme(args)}://{args.workspace_addr}
 Scheduler API:  {dev_tls.scheme(args)}://{args.scheduler_addr}
 NATS:           {nats_url}
-{_gateways_line(sup)}
+{_processes_lines(sup)}
 {dev_tls.banner(args, data_dir)}{dev_terraform.banner(tf_config)}
 Unseal Key: {key}
 Root Token: {token}

@@ -1,7 +1,8 @@
-"""How many gateway processes a node runs and what the supervisor calls them. The gateway's
-work per request is one event loop's: one process saturates one core (issue 14), so `trellis
-dev` runs one per CPU it may use, up to two, all sharing each listener port (SO_REUSEPORT,
-services/port_guard.py)."""
+"""How many gateway processes (and secrets replicas) a node runs and what the supervisor calls
+them. The work per request of either is one event loop's: one process saturates one core
+(issue 14), so `trellis dev` runs one of each per CPU it may use, up to two; the gateways share
+each listener port (SO_REUSEPORT, services/port_guard.py), the secrets replicas one queue
+group on the bus."""
 
 from __future__ import annotations
 
@@ -23,9 +24,10 @@ def dev_default() -> int:
     return max(1, min(DEV_DEFAULT_MAX, usable_cpus()))
 
 
-def names(count: int) -> list[str]:
-    """The children's names, "gateway", "gateway#2", ...: each supervised on its own."""
-    return ["gateway", *(f"gateway#{i}" for i in range(2, count + 1))]
+def names(count: int, kind: str = "gateway") -> list[str]:
+    """The children's names, "gateway", "gateway#2", ...: each supervised on its own, with
+    its own log file and instance id."""
+    return [kind, *(f"{kind}#{i}" for i in range(2, count + 1))]
 
 
 def env(count: int) -> dict[str, str]:
