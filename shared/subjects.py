@@ -105,6 +105,13 @@ SEAL_CHANGED = Subject(
     "none",
     "cached state (mounts, policies) changed; replicas reload it",
 )
+SEAL_COUNT = Subject(
+    "secrets.count",
+    None,
+    "CountRequest",
+    "CountReply",
+    "a replica asks every other for its encryptions under the active key term",
+)
 
 # Each secrets replica's public state (seal, init, cluster, DR mode), signed with the cluster
 # key; gateways answer sys/health, sys/seal-status and sys/leader from it (a broadcast).
@@ -156,6 +163,7 @@ ALL: tuple[Subject, ...] = (
     SEAL_SEALED,
     SEAL_HANDOFF,
     SEAL_CHANGED,
+    SEAL_COUNT,
     SECRETS_STATE,
     CRYPTO,
     DATA_KEY,

@@ -170,3 +170,53 @@ async def test_auto_rotation_batch_expiry_and_open_metrics(nats_url: str) -> Non
         assert status == 200 and "Gauges" in body
     finally:
         await c.close()
+
+
+async def test_key_status_and_auto_rotation_count_every_replicas_encryptions(
+    nats_url: str,
+) -> None:
+    """Every replica writes, so sys/key-status answers the sum of the live replicas' counts
+    (as Vault's active node, which sees every write), and automatic rotation compares that
+    sum, not one replica's share, with max_operations."""
+    c = await start_cluster(nats_url, replicas=2)
+    try:
+        cores = [s.core for s in c.secrets]
+        assert all(core is not None for core in cores)
+        a, b = cores[0], cores[1]
+        assert a is not None and b is not None
+        await _until(
+            lambda: a.encryption_counts.live_peers() == {b.seal.node_id}
+            and b.encryption_counts.live_peers() == {a.seal.node_id},
+            "each replica sees the other's state",
+        )
+        ring_a, ring_b = a.barrier.keyring, b.barrier.keyring
+        assert ring_a is not None and ring_b is not None
+        ring_a.encryptions, ring_b.encryptions = 600_000, 500_000
+        for _ in range(6):  # the queue group spreads these over both replicas
+            status, body = await c.request("GET", "/v1/sys/key-status")
+            assert status == 200, body
+            # Background writes (leases, token use) may add a few meanwhile.
+            assert 1_100_000 <= body["data"]["encryptions"] < 1_100_100, body
+
+        # A request no replica sealed gets no count.
+        assert await b.encryption_counts._on_request(b"not a sealed box", None) == b""
+
+        # Automatic rotation: neither replica alone is past 1,000,000; together they are.
+        status, body = await c.request(
+            "POST", "/v1/sys/rotate/config", json={"enabled": True, "max_operations": 1_000_000}
+        )
+        assert status in (200, 204), body
+        term = ring_a.active_term
+        rotation._next_check.clear()
+        assert await rotation.maybe_auto_rotate(a) is True
+        assert a.barrier.keyring is not None and a.barrier.keyring.active_term == term + 1
+
+        # A replica that stops says so: the other counts only its own again.
+        await c.stop_secrets_replica(c.secrets[1])
+        await _until(lambda: not a.encryption_counts.live_peers(), "the stopped peer dropped")
+        ring = a.barrier.keyring
+        ring.encryptions = 7
+        status, body = await c.request("GET", "/v1/sys/key-status")
+        assert status == 200 and body["data"]["encryptions"] == 7, body
+    finally:
+        await c.close()

@@ -16,6 +16,7 @@ import structlog
 from services.secrets import registry
 from services.secrets.core import rotation
 from services.secrets.core.barrier import Barrier
+from services.secrets.core.encryption_counts import EncryptionCounts
 from services.secrets.core.expiration import ExpirationManager, LeaseEntry
 from services.secrets.core.mounts import MountEntry, MountTable, MountTableDoc, new_entry
 from services.secrets.core.namespaces import Namespace, NamespaceStore
@@ -66,6 +67,7 @@ class Core:
         self.barrier.on_unknown_term = lambda: rotation.reload_keyring(self)
         self.namespaces = NamespaceStore(self.barrier)
         self.seal = SealManager(self)
+        self.encryption_counts = EncryptionCounts(self)
         self.tokens = TokenStore(self)
         self.policies = PolicyStore(self)
         self.expiration = ExpirationManager(self, is_leader)
@@ -124,6 +126,7 @@ class Core:
         await self.bus.serve(
             subjects.SEAL_CHANGED.on(self.settings.cluster_name), self._on_invalidate, bytes
         )
+        await self.encryption_counts.start()
         # DR mode first (issue 5): a DR secondary must not unseal by itself and write.
         from services.replication.link import link_of
 

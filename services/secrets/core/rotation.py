@@ -139,7 +139,7 @@ _next_check: dict[int, float] = {}
 
 async def maybe_auto_rotate(core: Core) -> bool:
     """Rotate when the active term is past the configured operations or interval (the
-    expiry leader calls this; the operation count is the leader's own)."""
+    expiry leader calls this; the operations of every live replica count)."""
     ring = core.barrier.keyring
     now = time.monotonic()
     if ring is None or now < _next_check.get(id(core), 0.0):
@@ -149,7 +149,8 @@ async def maybe_auto_rotate(core: Core) -> bool:
     if not config.enabled:
         return False
     age = time.time() - ring.installed_at(ring.active_term).timestamp()
-    if ring.encryptions >= config.max_operations or (config.interval and age >= config.interval):
+    due = bool(config.interval) and age >= config.interval
+    if due or await core.encryption_counts.total() >= config.max_operations:
         await rotate(core)
         return True
     return False

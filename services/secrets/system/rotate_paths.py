@@ -50,7 +50,7 @@ def paths(core: Core) -> list[Path]:
         data = {
             "term": term,
             "install_time": rfc3339(ring.installed_at(term)),
-            "encryptions": ring.encryptions,
+            "encryptions": await core.encryption_counts.total(),
         }
         return Response(data=data, data_at_top=True)
 
