@@ -185,8 +185,10 @@ async def test_key_status_and_auto_rotation_count_every_replicas_encryptions(
         a, b = cores[0], cores[1]
         assert a is not None and b is not None
         await _until(
-            lambda: a.encryption_counts.live_peers() == {b.seal.node_id}
-            and b.encryption_counts.live_peers() == {a.seal.node_id},
+            lambda: (
+                a.encryption_counts.live_peers() == {b.seal.node_id}
+                and b.encryption_counts.live_peers() == {a.seal.node_id}
+            ),
             "each replica sees the other's state",
         )
         ring_a, ring_b = a.barrier.keyring, b.barrier.keyring
