@@ -472,7 +472,8 @@ def run_server(config: str, *, insecure_bus: bool = False) -> int:
     sup = Supervisor(log_dir, env, inherit_output=True, affinity=affinity)
     sup.install_signal_handlers()
     code = 0
-    services = ["secrets", "crypto", "replication", "workspace", "scheduler"]
+    replicas = gateway_procs.names(max(1, settings.secrets_processes), "secrets")
+    services = [*replicas, "crypto", "replication", "workspace", "scheduler"]
     try:
         for name in [*services, *gateway_procs.names(gateways)]:
             health = f"127.0.0.1:{free_port()}"

@@ -66,6 +66,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # Gateway processes `trellis server` runs on this node, sharing each listener port
     # (SO_REUSEPORT; more than one gateway event loop uses more than one core).
     gateway_processes: int = 1
+    # Secrets replicas `trellis server` runs on this node (one queue group on the bus; a
+    # replica's event loop uses one core).
+    secrets_processes: int = 1
     # The CPUs each kind of process `trellis server` starts runs on: "off", "auto" or
     # "kind=cpus;..." (shared/cpu_affinity.py; `trellis dev --cpu-affinity`).
     cpu_affinity: str = "off"

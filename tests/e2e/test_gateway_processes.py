@@ -1,7 +1,8 @@
 """`trellis dev --gateways 2` and `trellis server` with `gateway_processes: 2`: two gateway
 processes share each listener port (SO_REUSEPORT), both take connections, the APIs keep
 answering while the supervisor restarts one killed with kill -9, a second `trellis dev` cannot
-join the ports, and SIGTERM stops both and frees them."""
+join the ports, and SIGTERM stops both and frees them. The server also runs the
+`secrets_processes` it is given, each replica with its own instance id."""
 
 from __future__ import annotations
 
@@ -58,6 +59,11 @@ def _gateways(parent: int) -> dict[str, int]:
         if child_role(pid) == "gateway" and proc_state(pid) not in ("", "Z"):
             out[_health_addr(pid)] = pid
     return out
+
+
+def _instance_id(pid: int) -> str:
+    env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return next(e.decode().split("=", 1)[1] for e in env if e.startswith(b"TRELLIS_INSTANCE_ID="))
 
 
 def _listening(port: int) -> bool:
@@ -144,13 +150,17 @@ def test_two_gateways_share_the_ports_and_survive_kill_9(tmp_path: Path) -> None
 
 def test_server_runs_the_configured_gateway_processes(nats_url: str, tmp_path: Path) -> None:
     cfg, ports = server_config(nats_url, tmp_path)
-    cfg.write_text(cfg.read_text() + "gateway_processes: 2\n")
+    cfg.write_text(cfg.read_text() + "gateway_processes: 2\nsecrets_processes: 2\n")
     proc = start_server(cfg)
     family: set[int] = set()
     try:
         health = f"http://127.0.0.1:{ports[0]}/v1/sys/health"
         wait_http(health, ok=(501,))  # not initialised: each gateway answers it by itself
         gateways = until(lambda: len(_gateways(proc.pid)) == 2 and _gateways(proc.pid), 30)
+        replicas = [p for p in direct_children(proc.pid) if child_role(p) == "secrets"]
+        assert len(replicas) == 2, replicas
+        # Each replica its own instance id (a lease holder) under the supervisor.
+        assert len({_instance_id(p) for p in replicas}) == 2
 
         def both_answer() -> bool:
             assert requests.get(health, timeout=10).status_code == 501

@@ -31,7 +31,11 @@ class DevBusTarget:
         return data["user"], data["password"]
 
     def log(self, name: str) -> str:
-        return (self.data_dir / "logs" / f"{name}.log").read_text(errors="replace")
+        """What every process of that kind logged (`secrets.log`, `secrets#2.log`, ...):
+        the queue group picks which replica refuses a request."""
+        logs = sorted(self.data_dir.joinpath("logs").glob(f"{name}*.log"))
+        mine = [p for p in logs if p.stem == name or p.stem.startswith(f"{name}#")]
+        return "".join(p.read_text(errors="replace") for p in mine)
 
     def get(self, path: str, token: str | None = None) -> requests.Response:
         tok = self.dev.root_token if token is None else token
