@@ -178,5 +178,5 @@ def trellis_dev() -> Iterator[DevProcess]:
     idle, it costs little."""
     from tests.procs import dev
 
-    with dev() as d:
+    with dev(default_replicas=True) as d:
         yield d

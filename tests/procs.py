@@ -61,8 +61,13 @@ def banner_value(output: list[str], pattern: str, what: str) -> str:
     raise AssertionError(f"trellis dev printed no {what}:\n" + "".join(output))
 
 
-def start_dev(*args: str, timeout: float = 120.0) -> DevProcess:
-    """Start `trellis dev` and wait for its banner."""
+def start_dev(*args: str, timeout: float = 120.0, default_replicas: bool = False) -> DevProcess:
+    """Start `trellis dev` and wait for its banner. One secrets replica unless `args` name a
+    count or `default_replicas` keeps dev's own (two on 2 CPUs): a replica's start costs ~1.5 s
+    of CPU, and most tests start their own dev. The session's shared dev (tests/conftest.py),
+    the replica, key-ceremony and transit tests run the default."""
+    if not default_replicas and "--secrets-replicas" not in args:
+        args = (*args, "--secrets-replicas", "1")
     ports = [free_port() for _ in range(3)]
     proc = popen_dev(ports, *args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out: list[str] = []
@@ -95,8 +100,8 @@ def start_dev(*args: str, timeout: float = 120.0) -> DevProcess:
 
 
 @contextlib.contextmanager
-def dev(*args: str) -> Iterator[DevProcess]:
-    d = start_dev(*args)
+def dev(*args: str, default_replicas: bool = False) -> Iterator[DevProcess]:
+    d = start_dev(*args, default_replicas=default_replicas)
     try:
         yield d
     finally:

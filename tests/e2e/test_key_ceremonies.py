@@ -28,7 +28,15 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DevProcess, Path]]:
     data_dir = tmp_path_factory.mktemp("ceremonies") / "data"
-    with dev("--data-dir", str(data_dir), "--root-token", "cer-root", "--services", "none") as d:
+    with dev(
+        "--data-dir",
+        str(data_dir),
+        "--root-token",
+        "cer-root",
+        "--services",
+        "none",
+        default_replicas=True,
+    ) as d:
         yield d, data_dir
 
 

@@ -45,7 +45,7 @@ def _sealed(health: str) -> bool | None:
 
 def test_two_replicas_by_default_share_the_work_and_the_seal() -> None:
     expected = min(2, len(os.sched_getaffinity(0)))
-    d = start_dev("--services", "")
+    d = start_dev("--services", "", default_replicas=True)
     try:
         line = next(x for x in d.output if x.startswith("Secrets:"))
         assert re.fullmatch(rf"Secrets:\s+{expected} replicas?\n", line), line

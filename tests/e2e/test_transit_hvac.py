@@ -41,7 +41,15 @@ LAYOUT = f"gateway={GATEWAY_CPU};secrets={SECRETS_CPU};nats={SECRETS_CPU}"
 
 @pytest.fixture(scope="module")
 def dev_process(data_dir: Path) -> Iterator[DevProcess]:
-    with dev("--services", "crypto", "--data-dir", str(data_dir), "--cpu-affinity", LAYOUT) as d:
+    with dev(
+        "--services",
+        "crypto",
+        "--data-dir",
+        str(data_dir),
+        "--cpu-affinity",
+        LAYOUT,
+        default_replicas=True,
+    ) as d:
         yield d
 
 
