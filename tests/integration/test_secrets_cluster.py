@@ -120,3 +120,32 @@ async def test_revocation_reaches_every_replica_cache(nats_url: str) -> None:
                 assert status == 403
     finally:
         await c.close()
+
+
+async def test_mount_changes_are_seen_at_once_on_every_replica(nats_url: str) -> None:
+    """A client that disables and enables mounts and auth methods, one request after another,
+    lands on either replica each time: the next request always sees the change (as hvac's own
+    tests do it, setUp and tearDown around each test)."""
+    c = await start_cluster(nats_url, replicas=2)
+    try:
+        for i in range(12):
+            status, body = await c.request("POST", "/v1/sys/mounts/rw-kv", json={"type": "kv"})
+            assert status == 204, (i, body)
+            status, body = await c.request("PUT", "/v1/rw-kv/x", json={"v": str(i)})
+            assert status == 204, (i, body)
+            status, body = await c.request("GET", "/v1/sys/mounts")
+            assert "rw-kv/" in body["data"], i
+            status, body = await c.request(
+                "POST", "/v1/sys/auth/rw-approle", json={"type": "approle"}
+            )
+            assert status == 204, (i, body)
+            status, body = await c.request("GET", "/v1/sys/auth")
+            assert "rw-approle/" in body["data"], (i, sorted(body["data"]))
+            status, body = await c.request("DELETE", "/v1/sys/auth/rw-approle")
+            assert status == 204, (i, body)
+            status, body = await c.request("DELETE", "/v1/sys/mounts/rw-kv")
+            assert status == 204, (i, body)
+            status, body = await c.request("GET", "/v1/rw-kv/x")
+            assert status == 404, (i, body)
+    finally:
+        await c.close()

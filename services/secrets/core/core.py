@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import structlog
@@ -29,9 +29,12 @@ from services.secrets.errors import bad_request
 from services.secrets.keyring import Keyring
 from services.secrets.system import version_history_paths
 from shared import subjects
+from shared.nats_inline import InlineClient
 from shared.storage import Storage
 
 if TYPE_CHECKING:
+    from nats.aio.msg import Msg
+
     from services.secrets.framework.backend import Backend
     from shared.bus import Bus
     from shared.settings import Settings
@@ -83,6 +86,12 @@ class Core:
         # Called when what sys/health and sys/seal-status answer may have changed, so the
         # published state follows at once (core/state_publisher.py).
         self.state_changed: Callable[[], None] = lambda: None
+        # A reload the mount tables owe an invalidation from another replica: requests that
+        # arrive after the invalidation wait for it (dispatch.handle_http), so a client that
+        # changed a mount through one replica finds the change on every other.
+        self.reloading: asyncio.Future[None] | None = None
+        self._invalidations = 0
+        self._background: set[asyncio.Future[None]] = set()
 
     @property
     def sealed(self) -> bool:
@@ -123,9 +132,17 @@ class Core:
 
     # ---- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
-        await self.bus.serve(
-            subjects.SEAL_CHANGED.on(self.settings.cluster_name), self._on_invalidate, bytes
-        )
+        subject = subjects.SEAL_CHANGED.on(self.settings.cluster_name)
+
+        async def on_message(msg: Msg) -> None:
+            self._invalidated(msg.data)
+
+        sub = await self.bus.nc.subscribe(subject, cb=on_message)
+        if isinstance(self.bus.nc, InlineClient):
+            # Applied as the parser reads it, before any request that arrived after it on the
+            # connection is dispatched: the writer published it before its reply.
+            self.bus.nc.deliver_inline(sub, lambda _s, _r, data, _h: self._invalidated(data))
+        await self.bus.nc.flush()
         await self.encryption_counts.start()
         # DR mode first (issue 5): a DR secondary must not unseal by itself and write.
         from services.replication.link import link_of
@@ -181,9 +198,17 @@ class Core:
             subjects.SEAL_CHANGED, Invalidate(what=what, origin=self.seal.node_id)
         )
 
-    async def _on_invalidate(self, box: bytes, _ctx: object) -> None:
-        # Sealed by a replica, or ignored: an invalidation makes every replica reload.
-        msg = self.seal.open(subjects.SEAL_CHANGED.on(self.settings.cluster_name), box, Invalidate)
+    def _invalidated(self, data: bytes) -> None:
+        """Another replica changed cached state. Sealed by a replica, or ignored; what can be
+        dropped is dropped here and now, what must be re-read is re-read before the next
+        request is served (`reloading`)."""
+        subject = subjects.SEAL_CHANGED.on(self.settings.cluster_name)
+        try:
+            box = msgspec.msgpack.decode(data, type=bytes)
+        except msgspec.DecodeError:
+            log.warning("control message refused", subject=subject, reason="not msgpack bytes")
+            return
+        msg = self.seal.open(subject, box, Invalidate)
         if msg is None or msg.origin == self.seal.node_id or self.barrier.sealed:
             return
         if msg.what.startswith("token:"):
@@ -191,7 +216,8 @@ class Core:
         elif msg.what == "policies":
             self.policies.invalidate()
         elif msg.what == rotation.INVALIDATION:
-            await rotation.reload_keyring(self)
+            # Not waited for: a value under the new term makes the barrier re-read the keyring.
+            self._in_background(rotation.reload_keyring(self))
         elif msg.what.startswith("identity:"):
             from services.secrets.identity.access import invalidated as identity_invalidated
 
@@ -201,7 +227,32 @@ class Core:
 
             invalidated(self, msg.what)
         else:
-            await self.reload()
+            self._invalidations += 1
+            if self.reloading is None:
+                self.reloading = asyncio.ensure_future(self._reload_until_current())
+                # Logged there; retrieved here so an unawaited failure is not reported again.
+                self.reloading.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _reload_until_current(self) -> None:
+        """Reload until no invalidation arrived during the last reload."""
+        try:
+            while True:
+                seen = self._invalidations
+                await self.reload()
+                if seen == self._invalidations:
+                    return
+        except Exception:
+            # Storage unreachable: the next request that misses a mount reads the tables
+            # itself (refresh_if_stale); waiting requests answer 503.
+            log.warning("reloading the mount tables failed", exc_info=True)
+            raise
+        finally:
+            self.reloading = None
 
     # ---- mounts ---------------------------------------------------------------------------
     def _table_key(self, auth: bool) -> str:
