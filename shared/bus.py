@@ -221,6 +221,20 @@ class Bus:
         hdrs = {REQUEST_ID: request_id} if request_id else None
         await self.nc.publish(subject, encode(message), headers=hdrs)
 
+    async def listen(self, subject: str, on_data: Callable[[bytes], None]) -> None:
+        """A broadcast listener called as the client reads each message (no task, no queue):
+        whatever it changes is in place before any message that arrived after it on this
+        connection is dispatched. `on_data` gets the payload and must not block."""
+
+        async def on_message(msg: Msg) -> None:
+            on_data(msg.data)
+
+        sub = await self.nc.subscribe(subject, cb=on_message)
+        if isinstance(self.nc, InlineClient):
+            self.nc.deliver_inline(sub, lambda _s, _r, data, _h: on_data(data))
+        self._subs.append(sub)
+        await self.nc.flush()
+
     async def serve(
         self,
         subject: str,

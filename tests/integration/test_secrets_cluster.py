@@ -149,3 +149,27 @@ async def test_mount_changes_are_seen_at_once_on_every_replica(nats_url: str) ->
             assert status == 404, (i, body)
     finally:
         await c.close()
+
+
+async def test_seal_and_unseal_are_seen_at_once_on_every_replica(nats_url: str) -> None:
+    """After sys/seal answers, no replica serves the next request; after the last unseal
+    share is accepted, every replica serves the next one (whichever the queue group picks)."""
+    c = await start_cluster(nats_url, replicas=2, shares=3, threshold=2)
+    try:
+        status, _ = await c.request("PUT", "/v1/secret/data/sealtest", json={"data": {"v": 1}})
+        assert status == 200
+        for i in range(4):
+            status, body = await c.request("PUT", "/v1/sys/seal")
+            assert status == 204, (i, body)
+            for _ in range(6):
+                status, body = await c.request("GET", "/v1/secret/data/sealtest")
+                assert status == 503, (i, body)
+            for key in c.unseal_keys[:2]:
+                status, body = await c.request("PUT", "/v1/sys/unseal", token="", json={"key": key})
+                assert status == 200, (i, body)
+            assert body["sealed"] is False
+            for _ in range(6):
+                status, body = await c.request("GET", "/v1/secret/data/sealtest")
+                assert status == 200 and body["data"]["data"] == {"v": 1}, (i, body)
+    finally:
+        await c.close()

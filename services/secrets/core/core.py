@@ -29,12 +29,9 @@ from services.secrets.errors import bad_request
 from services.secrets.keyring import Keyring
 from services.secrets.system import version_history_paths
 from shared import subjects
-from shared.nats_inline import InlineClient
 from shared.storage import Storage
 
 if TYPE_CHECKING:
-    from nats.aio.msg import Msg
-
     from services.secrets.framework.backend import Backend
     from shared.bus import Bus
     from shared.settings import Settings
@@ -48,6 +45,10 @@ SYSTEM_MOUNTS = {
     "identity/": "identity",
     "auth/token/": "token",
 }
+
+
+# Seconds a request waits for another replica's announced change to be applied here.
+SETTLE_TIMEOUT = 10.0
 
 
 class Invalidate(msgspec.Struct, kw_only=True):
@@ -132,17 +133,11 @@ class Core:
 
     # ---- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
-        subject = subjects.SEAL_CHANGED.on(self.settings.cluster_name)
-
-        async def on_message(msg: Msg) -> None:
-            self._invalidated(msg.data)
-
-        sub = await self.bus.nc.subscribe(subject, cb=on_message)
-        if isinstance(self.bus.nc, InlineClient):
-            # Applied as the parser reads it, before any request that arrived after it on the
-            # connection is dispatched: the writer published it before its reply.
-            self.bus.nc.deliver_inline(sub, lambda _s, _r, data, _h: self._invalidated(data))
-        await self.bus.nc.flush()
+        # Applied as the bus client reads it, before any request that arrived after it: the
+        # writer published it before its reply.
+        await self.bus.listen(
+            subjects.SEAL_CHANGED.on(self.settings.cluster_name), self._invalidated
+        )
         await self.encryption_counts.start()
         # DR mode first (issue 5): a DR secondary must not unseal by itself and write.
         from services.replication.link import link_of
@@ -203,12 +198,7 @@ class Core:
         dropped is dropped here and now, what must be re-read is re-read before the next
         request is served (`reloading`)."""
         subject = subjects.SEAL_CHANGED.on(self.settings.cluster_name)
-        try:
-            box = msgspec.msgpack.decode(data, type=bytes)
-        except msgspec.DecodeError:
-            log.warning("control message refused", subject=subject, reason="not msgpack bytes")
-            return
-        msg = self.seal.open(subject, box, Invalidate)
+        msg = self.seal.open_broadcast(subject, data, Invalidate)
         if msg is None or msg.origin == self.seal.node_id or self.barrier.sealed:
             return
         if msg.what.startswith("token:"):
@@ -232,6 +222,14 @@ class Core:
                 self.reloading = asyncio.ensure_future(self._reload_until_current())
                 # Logged there; retrieved here so an unawaited failure is not reported again.
                 self.reloading.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+    async def settle(self) -> None:
+        """Wait (bounded) for what other replicas announced before this request arrived: a
+        mount-table reload, a seal or an unseal being applied here."""
+        pending: list[asyncio.Future[None]] = [*self.seal.transitions]
+        if self.reloading is not None:
+            pending.append(self.reloading)
+        await asyncio.wait(pending, timeout=SETTLE_TIMEOUT)
 
     def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(work)

@@ -9,7 +9,6 @@ by its plan (core/plans.py).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote
@@ -137,8 +136,8 @@ def _parse_body(env: HttpRequest) -> dict[str, Any]:
 
 async def handle_http(core: Core, env: HttpRequest) -> HttpResponse:
     try:
-        if core.reloading is not None:  # another replica changed the mounts just now
-            await asyncio.shield(core.reloading)
+        if core.reloading is not None or core.seal.transitions:
+            await core.settle()  # another replica changed the mounts or the seal just now
         if env.method in PLANNED and not env.query:
             planned = await _run_planned(core, env)
             if planned is not None:

@@ -23,6 +23,7 @@ import contextlib
 import os
 import secrets
 import uuid
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
@@ -112,6 +113,9 @@ class SealManager:
         # services/secrets/core/rotation.py keeps a barrier copy for replicas that did not).
         self.root_key: bytes | None = None
         self._lock = asyncio.Lock()
+        # A seal or unseal share another replica announced, being applied here: requests that
+        # arrived after the announcement wait for it (Core.settle).
+        self.transitions: set[asyncio.Future[None]] = set()
         self._handoff_task: asyncio.Task[None] | None = None
         self._storage = core.storage
         self.identity = identity = load_identity(core.settings)
@@ -135,6 +139,21 @@ class SealManager:
         except (Rejected, msgspec.DecodeError) as exc:
             log.warning("control message refused", subject=subject, reason=str(exc))
             return None
+
+    def open_broadcast(self, subject: str, data: bytes, kind: type[M]) -> M | None:
+        """`open` for a broadcast payload as it came off the bus (msgpack bytes)."""
+        try:
+            box = msgspec.msgpack.decode(data, type=bytes)
+        except msgspec.DecodeError:
+            log.warning("control message refused", subject=subject, reason="not msgpack bytes")
+            return None
+        return self.open(subject, box, kind)
+
+    def _transition(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self.transitions.add(task)
+        task.add_done_callback(self.transitions.discard)
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     # ---- state -------------------------------------------------------------------------
     async def read_config(self) -> SealConfig | None:
@@ -343,19 +362,24 @@ class SealManager:
         sealed_subject = subjects.SEAL_SEALED.on(cluster)
         handoff_subject = subjects.SEAL_HANDOFF.on(cluster)
 
-        async def on_share(box: bytes, _ctx: object) -> None:
-            msg = self.open(share_subject, box, UnsealShare)
-            if msg is not None and msg.origin != self.node_id and self.sealed:
-                with contextlib.suppress(SecretsError, ServiceError):
-                    if msg.whole:
-                        await self._on_whole_key(msg.share)
-                    else:
-                        await self.submit_share(msg.share, broadcast=False)
+        async def apply_share(msg: UnsealShare) -> None:
+            with contextlib.suppress(SecretsError, ServiceError):
+                if msg.whole:
+                    await self._on_whole_key(msg.share)
+                else:
+                    await self.submit_share(msg.share, broadcast=False)
 
-        async def on_sealed(box: bytes, _ctx: object) -> None:
-            msg = self.open(sealed_subject, box, SealNotice)
+        # Both applied as the bus client reads them (Bus.listen): a request sent after the
+        # sender's answer finds this replica sealed or unsealing, never still serving.
+        def on_share(data: bytes) -> None:
+            msg = self.open_broadcast(share_subject, data, UnsealShare)
+            if msg is not None and msg.origin != self.node_id and self.sealed:
+                self._transition(apply_share(msg))
+
+        def on_sealed(data: bytes) -> None:
+            msg = self.open_broadcast(sealed_subject, data, SealNotice)
             if msg is not None and msg.origin != self.node_id:
-                await self.seal(broadcast=False)
+                self._transition(self.seal(broadcast=False))
 
         async def on_handoff(box: bytes, _ctx: object) -> bytes:
             # The request must be sealed by a replica before any key material leaves.
@@ -376,8 +400,8 @@ class SealManager:
                 ControlBox.reply_context(handoff_subject, box), msgspec.msgpack.encode(reply)
             )
 
-        await bus.serve(share_subject, on_share, bytes)
-        await bus.serve(sealed_subject, on_sealed, bytes)
+        await bus.listen(share_subject, on_share)
+        await bus.listen(sealed_subject, on_sealed)
         # Not a queue group: a sealed replica must not be the only one asked.
         await bus.serve(handoff_subject, on_handoff, bytes)
         await self.load_config()
