@@ -1,6 +1,7 @@
 """`trellis dev` runs a secrets replica per usable CPU, up to two, by default: each has its own
 instance id and log file, requests reach both, a write acknowledged by one is read back through
-either, and a seal through the API seals both."""
+either, and a seal, an unseal or a key rotation made through one is seen by the next request on
+either."""
 
 from __future__ import annotations
 
@@ -95,6 +96,14 @@ def test_two_replicas_by_default_share_the_work_and_the_seal() -> None:
                     r = http.get(path, headers=vault, timeout=10)
                     assert r.status_code == 200, r.text
                     assert r.json()["data"]["data"] == {"n": written}, r.text
+            # A rotation made through one replica: every replica answers the new term next.
+            status = f"{d.secrets}/v1/sys/key-status"
+            term = http.get(status, headers=vault, timeout=10).json()["term"]
+            for i in range(1, 4):
+                r = http.post(f"{d.secrets}/v1/sys/rotate", headers=vault, timeout=10)
+                assert r.status_code == 204, r.text
+                for _ in range(4):
+                    assert http.get(status, headers=vault, timeout=10).json()["term"] == term + i
         assert all(_sealed(h) is False for h in health)
     finally:
         d.stop()

@@ -92,7 +92,8 @@ class Core:
         # changed a mount through one replica finds the change on every other.
         self.reloading: asyncio.Future[None] | None = None
         self._invalidations = 0
-        self._background: set[asyncio.Future[None]] = set()
+        # Other invalidations being applied here that requests wait for too (a keyring term).
+        self.applying: set[asyncio.Future[None]] = set()
 
     @property
     def sealed(self) -> bool:
@@ -206,8 +207,8 @@ class Core:
         elif msg.what == "policies":
             self.policies.invalidate()
         elif msg.what == rotation.INVALIDATION:
-            # Not waited for: a value under the new term makes the barrier re-read the keyring.
-            self._in_background(rotation.reload_keyring(self))
+            # sys/key-status after sys/rotate must show the new term on every replica.
+            self._apply(rotation.reload_keyring(self))
         elif msg.what.startswith("identity:"):
             from services.secrets.identity.access import invalidated as identity_invalidated
 
@@ -225,16 +226,17 @@ class Core:
 
     async def settle(self) -> None:
         """Wait (bounded) for what other replicas announced before this request arrived: a
-        mount-table reload, a seal or an unseal being applied here."""
-        pending: list[asyncio.Future[None]] = [*self.seal.transitions]
+        mount-table reload, a keyring term, a seal or an unseal being applied here."""
+        pending: list[asyncio.Future[None]] = [*self.seal.transitions, *self.applying]
         if self.reloading is not None:
             pending.append(self.reloading)
         await asyncio.wait(pending, timeout=SETTLE_TIMEOUT)
 
-    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+    def _apply(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(work)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self.applying.add(task)
+        task.add_done_callback(self.applying.discard)
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     async def _reload_until_current(self) -> None:
         """Reload until no invalidation arrived during the last reload."""

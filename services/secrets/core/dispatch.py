@@ -136,7 +136,7 @@ def _parse_body(env: HttpRequest) -> dict[str, Any]:
 
 async def handle_http(core: Core, env: HttpRequest) -> HttpResponse:
     try:
-        if core.reloading is not None or core.seal.transitions:
+        if core.reloading is not None or core.seal.transitions or core.applying:
             await core.settle()  # another replica changed the mounts or the seal just now
         if env.method in PLANNED and not env.query:
             planned = await _run_planned(core, env)
