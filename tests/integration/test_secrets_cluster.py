@@ -173,3 +173,29 @@ async def test_seal_and_unseal_are_seen_at_once_on_every_replica(nats_url: str) 
                 assert status == 200 and body["data"]["data"] == {"v": 1}, (i, body)
     finally:
         await c.close()
+
+
+async def test_an_unseal_reset_discards_the_shares_on_every_replica(nats_url: str) -> None:
+    """hvac's test_unseal_multi: two shares, a reset, two other shares (progress 2, still
+    sealed on whichever replica answers), then the third."""
+    c = await start_cluster(nats_url, replicas=2, shares=5, threshold=3)
+    try:
+        keys = c.unseal_keys
+        for i in range(3):
+            status, _ = await c.request("PUT", "/v1/sys/seal")
+            assert status == 204
+            for key in keys[0:2]:
+                status, body = await c.request("PUT", "/v1/sys/unseal", token="", json={"key": key})
+            assert body["sealed"] is True and body["progress"] == 2, (i, body)
+            status, body = await c.request("PUT", "/v1/sys/unseal", token="", json={"reset": True})
+            assert status == 200 and body["progress"] == 0, (i, body)
+            for key in keys[1:3]:
+                status, body = await c.request("PUT", "/v1/sys/unseal", token="", json={"key": key})
+                assert body["sealed"] is True, (i, body)
+            assert body["progress"] == 2, (i, body)
+            status, body = await c.request("PUT", "/v1/sys/unseal", token="", json={"key": keys[3]})
+            assert status == 200 and body["sealed"] is False, (i, body)
+            status, body = await c.request("GET", "/v1/secret/data/none-here")
+            assert status == 404, (i, body)
+    finally:
+        await c.close()

@@ -65,6 +65,8 @@ class UnsealShare(msgspec.Struct, kw_only=True):
     origin: str
     # The whole unseal key, not a share: a promoted DR secondary's (unseal_with_key).
     whole: bool = False
+    # No share: discard the shares submitted so far (sys/unseal with reset), on every replica.
+    reset: bool = False
 
 
 class SealNotice(msgspec.Struct, kw_only=True):
@@ -306,6 +308,19 @@ class SealManager:
         self.nonce = ""
         self.core.state_changed()
 
+    async def _reset_locked(self) -> None:
+        async with self._lock:
+            self.reset()
+
+    async def reset_everywhere(self) -> None:
+        """Every replica collects the shares (each is broadcast), so each discards them."""
+        async with self._lock:
+            if self.sealed:
+                await self.broadcast(
+                    subjects.SEAL_SHARE, UnsealShare(share=b"", origin=self.node_id, reset=True)
+                )
+            self.reset()
+
     async def reload(self) -> None:
         """Re-read the seal after DR replication replaced storage (a promoted or disabled
         secondary holds its primary's keys); a static seal unseals by itself again."""
@@ -373,8 +388,10 @@ class SealManager:
         # sender's answer finds this replica sealed or unsealing, never still serving.
         def on_share(data: bytes) -> None:
             msg = self.open_broadcast(share_subject, data, UnsealShare)
-            if msg is not None and msg.origin != self.node_id and self.sealed:
-                self._transition(apply_share(msg))
+            if msg is None or msg.origin == self.node_id or not self.sealed:
+                return
+            # In arrival order: the lock is taken first come, first served.
+            self._transition(self._reset_locked() if msg.reset else apply_share(msg))
 
         def on_sealed(data: bytes) -> None:
             msg = self.open_broadcast(sealed_subject, data, SealNotice)

@@ -72,7 +72,7 @@ def paths(core: Core) -> list[Path]:
     async def unseal(req: Request, f: UnsealFields) -> Response:
         await core.seal.load_config()
         if f.reset:
-            core.seal.reset()
+            await core.seal.reset_everywhere()
             return raw_json(seal_status(core))
         if not f.key:
             raise bad_request(
