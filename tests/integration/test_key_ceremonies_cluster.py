@@ -112,6 +112,28 @@ async def test_rotation_rekey_and_batch_tokens_across_replicas(nats_url: str) ->
         )
         status, body = await c.request("GET", "/v1/secret/data/new")
         assert status == 200 and body["data"]["data"] == {"v": "2"}
+
+        # A rekey that changes the threshold (2 -> 1): every replica counts the next share
+        # against the new one, so one share unseals them all at once.
+        status, body = await c.request(
+            "PUT", "/v1/sys/rekey/init", token="", json={"secret_shares": 1, "secret_threshold": 1}
+        )
+        assert status == 200, body
+        nonce = body["nonce"]
+        for key in new:
+            status, body = await c.request(
+                "PUT", "/v1/sys/rekey/update", token="", json={"key": key, "nonce": nonce}
+            )
+            assert status == 200, body
+        assert body["complete"] is True, body
+        single = body["keys"][0]
+        status, _ = await c.request("PUT", "/v1/sys/seal")
+        assert status == 204
+        status, body = await c.request("PUT", "/v1/sys/unseal", token="", json={"key": single})
+        assert status == 200 and body["sealed"] is False and body["t"] == 1, body
+        for _ in range(6):
+            status, body = await c.request("GET", "/v1/secret/data/new")
+            assert status == 200, body
     finally:
         await c.close()
 

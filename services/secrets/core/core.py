@@ -209,6 +209,9 @@ class Core:
         elif msg.what == rotation.INVALIDATION:
             # sys/key-status after sys/rotate must show the new term on every replica.
             self._apply(rotation.reload_keyring(self))
+        elif msg.what == "seal-config":
+            # A rekey elsewhere: the next share must be counted against the new threshold.
+            self._apply(self._reload_seal_config())
         elif msg.what.startswith("identity:"):
             from services.secrets.identity.access import invalidated as identity_invalidated
 
@@ -231,6 +234,10 @@ class Core:
         if self.reloading is not None:
             pending.append(self.reloading)
         await asyncio.wait(pending, timeout=SETTLE_TIMEOUT)
+
+    async def _reload_seal_config(self) -> None:
+        await self.seal.load_config()
+        self.state_changed()
 
     def _apply(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(work)

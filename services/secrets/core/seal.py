@@ -382,6 +382,9 @@ class SealManager:
                 if msg.whole:
                     await self._on_whole_key(msg.share)
                 else:
+                    # The stored config, not ours: a rekey through another replica changes
+                    # the threshold the share counts against.
+                    await self.load_config()
                     await self.submit_share(msg.share, broadcast=False)
 
         # Both applied as the bus client reads them (Bus.listen): a request sent after the
