@@ -10,7 +10,6 @@ not answered). A replica that does not answer within ASK_TIMEOUT is left out of 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from typing import TYPE_CHECKING
@@ -100,43 +99,17 @@ class EncryptionCounts:
         return own + sum(a.encryptions for a in answers.values() if a.term == term)
 
     async def _ask(self, expected: set[str]) -> dict[str, CountReply]:
-        nc = self.core.bus.nc
-        inbox = nc.new_inbox()
-        replies: asyncio.Queue[bytes] = asyncio.Queue()
-
-        async def collect(msg: object) -> None:
-            replies.put_nowait(msg.data)  # type: ignore[attr-defined]
-
         seal = self.core.seal
-        request = seal.box.seal(
-            self._subject, msgspec.msgpack.encode(CountRequest(origin=seal.node_id))
-        )
-        context = ControlBox.reply_context(self._subject, request)
         answers: dict[str, CountReply] = {}
-        sub = await nc.subscribe(inbox, cb=collect)
-        try:
-            await nc.publish(self._subject, msgspec.msgpack.encode(request), reply=inbox)
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + ASK_TIMEOUT
-            while not expected <= answers.keys():
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    log.info(
-                        "encryption count: replicas did not answer",
-                        missing=len(expected - answers.keys()),
-                    )
-                    break
-                try:
-                    data = await asyncio.wait_for(replies.get(), remaining)
-                except TimeoutError:
-                    continue
-                with contextlib.suppress(msgspec.DecodeError):
-                    box = msgspec.msgpack.decode(data, type=bytes)
-                    if box:
-                        reply = seal.open(context, box, CountReply)
-                        if reply is not None:
-                            answers[reply.node] = reply
-        finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+        request = CountRequest(origin=seal.node_id)
+        async with contextlib.aclosing(
+            seal.ask_replicas(self._subject, request, CountReply, ASK_TIMEOUT)
+        ) as replies:
+            async for reply in replies:
+                answers[reply.node] = reply
+                if expected <= answers.keys():
+                    return answers
+        log.info(
+            "encryption count: replicas did not answer", missing=len(expected - answers.keys())
+        )
         return answers

@@ -23,7 +23,7 @@ import contextlib
 import os
 import secrets
 import uuid
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
@@ -470,36 +470,52 @@ class SealManager:
         private = X25519PrivateKey.generate()
         public = private.public_key().public_bytes_raw()
         subject = subjects.SEAL_HANDOFF.on(self.core.settings.cluster_name)
-        inbox = self.core.bus.nc.new_inbox()
+        request = HandoffRequest(public_key=public, origin=self.node_id)
+        async with contextlib.aclosing(
+            self.ask_replicas(subject, request, HandoffReply, 0.5)
+        ) as replies:
+            async for reply in replies:
+                if not reply.sealed_keyring:
+                    continue
+                with contextlib.suppress(Exception):  # a reply that does not open: the next
+                    key = _handoff_key(private, reply.public_key)
+                    plain = AESGCM(key).decrypt(reply.nonce, reply.sealed_keyring, public)
+                    return Keyring.from_bytes(plain)
+        return None
+
+    async def ask_replicas(
+        self, subject: str, message: Any, kind: type[M], timeout: float
+    ) -> AsyncIterator[M]:
+        """Ask the other replicas (`message` sealed with the replica key, one reply inbox) and
+        yield each answer that opens as a replica's reply to this very request, for at most
+        `timeout` seconds. An empty answer (a replica with nothing to give) is skipped. Use
+        it under `contextlib.aclosing`, so the inbox goes when the caller stops early."""
+        nc = self.core.bus.nc
+        inbox = nc.new_inbox()
         replies: asyncio.Queue[bytes] = asyncio.Queue()
 
         async def collect(msg: object) -> None:
             replies.put_nowait(msg.data)  # type: ignore[attr-defined]
 
-        sub = await self.core.bus.nc.subscribe(inbox, cb=collect)
-        request = self.box.seal(
-            subject, msgspec.msgpack.encode(HandoffRequest(public_key=public, origin=self.node_id))
-        )
+        sub = await nc.subscribe(inbox, cb=collect)
+        request = self.box.seal(subject, msgspec.msgpack.encode(message))
+        context = ControlBox.reply_context(subject, request)
         try:
-            await self.core.bus.nc.publish(subject, msgspec.msgpack.encode(request), reply=inbox)
-            deadline = asyncio.get_running_loop().time() + 0.5
-            while True:
-                remaining = deadline - asyncio.get_running_loop().time()
-                if remaining <= 0:
-                    return None
+            await nc.publish(subject, msgspec.msgpack.encode(request), reply=inbox)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            while (remaining := deadline - loop.time()) > 0:
                 try:
                     data = await asyncio.wait_for(replies.get(), remaining)
-                except TimeoutError:
-                    return None
-                with contextlib.suppress(Exception):
                     box = msgspec.msgpack.decode(data, type=bytes)
-                    if not box:  # a peer that has no keyring to give
-                        continue
-                    reply = self.open(ControlBox.reply_context(subject, request), box, HandoffReply)
-                    if reply is not None and reply.sealed_keyring:
-                        key = _handoff_key(private, reply.public_key)
-                        plain = AESGCM(key).decrypt(reply.nonce, reply.sealed_keyring, public)
-                        return Keyring.from_bytes(plain)
+                except TimeoutError:
+                    return
+                except msgspec.DecodeError:
+                    continue
+                if box:
+                    reply = self.open(context, box, kind)
+                    if reply is not None:
+                        yield reply
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
