@@ -1,10 +1,13 @@
 """Transit throughput against OpenBao's transit on the same machine: encrypt, decrypt, sign with
 Ed25519 and with RSA-2048, the same closed-loop Python load for both servers, interleaved
-(OpenBao, Trellis, OpenBao, Trellis...) so that machine noise hits both alike.
+(OpenBao, Trellis, OpenBao, Trellis...) so that machine noise hits both alike. The load carries
+a token whose policy grants `update` on the transit paths, as an application's does (as
+bench/vs_openbao.py's load); `--root-token` loads with the root token, which skips the ACL on both
+(OpenBao's root shortcut is much cheaper than its ACL check).
 
     python bench/transit.py [--seconds 4] [--clients 32] [--rounds 2] [--load python|wrk]
-                            [--secrets-replicas N] [--crypto-processes 2] [--cpu-affinity auto|off]
-                            [--dev-arg=--gateways=1 ...]
+                            [--root-token] [--secrets-replicas N] [--crypto-processes 2]
+                            [--cpu-affinity auto|off] [--dev-arg=--gateways=1 ...]
 
 Prints each operation's rate on both and the ratio Trellis / OpenBao (goal: each >= 1); with
 `--load wrk` also the CPU each request cost on both, by Trellis process.
@@ -35,13 +38,20 @@ from tests.openbao import openbao_dev
 
 PLAIN = base64.b64encode(b"x" * 64).decode()
 KEYS = {"aes": "aes256-gcm96", "ed": "ed25519", "rsa": "rsa-2048"}
+# What an application that encrypts, decrypts and signs with these keys is granted.
+POLICY = """
+path "transit/encrypt/aes" { capabilities = ["update"] }
+path "transit/decrypt/aes" { capabilities = ["update"] }
+path "transit/sign/*" { capabilities = ["update"] }
+"""
 
 Call = Callable[[aiohttp.ClientSession, int], Awaitable[bool]]
 IDLE_CORES = 0.05  # a server "at rest" spends less than this share of a core
 
 
-async def prepare(base: str, token: str) -> str:
-    """Mount transit, create the keys; returns a ciphertext to decrypt."""
+async def prepare(base: str, token: str, *, root: bool = True) -> tuple[str, str]:
+    """Mount transit, create the keys; returns a ciphertext to decrypt and the load's token:
+    `token` (the root token) when `root`, else a new token with the policy POLICY."""
     hdr = {"X-Vault-Token": token}
     async with aiohttp.ClientSession(headers=hdr) as s:
         async with s.post(f"{base}/v1/sys/mounts/transit", json={"type": "transit"}) as r:
@@ -50,7 +60,15 @@ async def prepare(base: str, token: str) -> str:
             async with s.post(f"{base}/v1/transit/keys/{name}", json={"type": kt}) as r:
                 assert r.status in (200, 204), await r.text()
         async with s.post(f"{base}/v1/transit/encrypt/aes", json={"plaintext": PLAIN}) as r:
-            return (await r.json())["data"]["ciphertext"]
+            ciphertext = (await r.json())["data"]["ciphertext"]
+        if root:
+            return ciphertext, token
+        async with s.put(f"{base}/v1/sys/policies/acl/transit-bench", json={"policy": POLICY}) as r:
+            assert r.status in (200, 204), await r.text()
+        body = {"policies": ["transit-bench"], "ttl": "24h"}
+        async with s.post(f"{base}/v1/auth/token/create", json=body) as r:
+            assert r.status == 200, await r.text()
+            return ciphertext, (await r.json())["auth"]["client_token"]
 
 
 def requests_of(ciphertext: str) -> dict[str, tuple[str, dict[str, str]]]:
@@ -140,16 +158,16 @@ async def run(args: argparse.Namespace) -> int:
         *args.dev_arg,
     ]
     with openbao_dev() as bao, trellis_dev(*extra) as dev:
-        bao_ct = await prepare(bao.addr, bao.token)
-        tre_ct = await prepare(dev.secrets, dev.root_token)
-        bao_ops = ops(bao.addr, bao.token, bao_ct)
-        tre_ops = ops(dev.secrets, dev.root_token, tre_ct)
+        bao_ct, bao_token = await prepare(bao.addr, bao.token, root=args.root_token)
+        tre_ct, tre_token = await prepare(dev.secrets, dev.root_token, root=args.root_token)
+        bao_ops = ops(bao.addr, bao_token, bao_ct)
+        tre_ops = ops(dev.secrets, tre_token, tre_ct)
         rates: dict[str, dict[str, float]] = {}
         cpu: dict[str, dict[str, float]] = {}
         if args.load == "wrk":
             sides = {
-                "openbao": (bao.addr, bao.token, requests_of(bao_ct), bao.proc.pid),
-                "trellis": (dev.secrets, dev.root_token, requests_of(tre_ct), dev.proc.pid),
+                "openbao": (bao.addr, bao_token, requests_of(bao_ct), bao.proc.pid),
+                "trellis": (dev.secrets, tre_token, requests_of(tre_ct), dev.proc.pid),
             }
             for name in bao_ops:
                 got: dict[str, list[float]] = {"openbao": [], "trellis": []}
@@ -185,9 +203,10 @@ async def run(args: argparse.Namespace) -> int:
                 rates[name][side] = count / secs if secs else 0.0
                 if errors:
                     print(f"  {side} {name}: {errors} errors")
+    token = "the root token" if args.root_token else "a policy token"
     print(
         f"\ntransit, {args.load} load, {args.clients} clients, {args.rounds}x{args.seconds:g}s "
-        "each, interleaved"
+        f"each, interleaved, with {token}"
     )
     print(f"{'operation':24} {'openbao/s':>10} {'trellis/s':>10} {'ratio':>7}")
     worst = float("inf")
@@ -217,6 +236,9 @@ def main() -> None:
     )
     parser.add_argument("--crypto-processes", type=int, default=2)
     parser.add_argument("--load", choices=("python", "wrk"), default="python")
+    parser.add_argument(
+        "--root-token", action="store_true", help="load with the root token, not a policy token"
+    )
     parser.add_argument(
         "--cpu-affinity",
         default="off",

@@ -65,7 +65,12 @@ def main(argv: list[str] | None = None) -> None:
         default=0,
         help="secrets replicas (default: 2 with 2 or more usable CPUs, else 1)",
     )
-    dev.add_argument("--crypto-processes", type=int, default=1)
+    dev.add_argument(
+        "--crypto-processes",
+        type=int,
+        default=0,
+        help="crypto worker processes (default: 2 with 2 or more usable CPUs, else 1)",
+    )
     dev.add_argument(
         "--gateways",
         type=int,

@@ -396,7 +396,9 @@ def run_dev(args: Any) -> int:
         if "replication" in wanted:
             started.append(sup.service("replication"))
         if "crypto" in wanted:
-            started.append(sup.service("crypto", "--processes", str(max(1, args.crypto_processes))))
+            # A worker runs one op at a time: RSA key generation (PKI issue) needs one per core.
+            workers = max(1, args.crypto_processes or gateway_procs.dev_default())
+            started.append(sup.service("crypto", "--processes", str(workers)))
         late = _start_gated(sup, wanted, data_dir, args.acl, gateways)
         env_before = dict(sup.env)
         key, token, sched_secrets = _bootstrap(sup, args, data_dir, started, "scheduler" in late)
@@ -474,6 +476,7 @@ def run_server(config: str, *, insecure_bus: bool = False) -> int:
     code = 0
     replicas = gateway_procs.names(max(1, settings.secrets_processes), "secrets")
     services = [*replicas, "crypto", "replication", "workspace", "scheduler"]
+    workers = max(1, settings.crypto_processes)
     try:
         for name in [*services, *gateway_procs.names(gateways)]:
             health = f"127.0.0.1:{free_port()}"
@@ -489,6 +492,7 @@ def run_server(config: str, *, insecure_bus: bool = False) -> int:
                     config,
                     "--health-addr",
                     health,
+                    *(("--processes", str(workers)) if name == "crypto" else ()),
                 ],
             )
             if name.startswith("gateway") and gateways > 1:

@@ -69,6 +69,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # Secrets replicas `trellis server` runs on this node (one queue group on the bus; a
     # replica's event loop uses one core).
     secrets_processes: int = 1
+    # Crypto worker processes `trellis server` runs on this node (each runs one op at a time:
+    # RSA key generation for PKI issue uses one core per worker).
+    crypto_processes: int = 1
     # The CPUs each kind of process `trellis server` starts runs on: "off", "auto" or
     # "kind=cpus;..." (shared/cpu_affinity.py; `trellis dev --cpu-affinity`).
     cpu_affinity: str = "off"

@@ -62,12 +62,15 @@ def banner_value(output: list[str], pattern: str, what: str) -> str:
 
 
 def start_dev(*args: str, timeout: float = 120.0, default_replicas: bool = False) -> DevProcess:
-    """Start `trellis dev` and wait for its banner. One secrets replica unless `args` name a
-    count or `default_replicas` keeps dev's own (two on 2 CPUs): a replica's start costs ~1.5 s
-    of CPU, and most tests start their own dev. The session's shared dev (tests/conftest.py),
-    the replica, key-ceremony and transit tests run the default."""
-    if not default_replicas and "--secrets-replicas" not in args:
-        args = (*args, "--secrets-replicas", "1")
+    """Start `trellis dev` and wait for its banner. One secrets replica and one crypto worker
+    unless `args` name a count or `default_replicas` keeps dev's own (two of each on 2 CPUs): a
+    replica's start costs ~1.5 s of CPU, and most tests start their own dev. The session's
+    shared dev (tests/conftest.py), the replica, key-ceremony and transit tests run the
+    default."""
+    if not default_replicas:
+        for flag in ("--secrets-replicas", "--crypto-processes"):
+            if flag not in args:
+                args = (*args, flag, "1")
     ports = [free_port() for _ in range(3)]
     proc = popen_dev(ports, *args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out: list[str] = []

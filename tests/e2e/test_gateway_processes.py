@@ -2,7 +2,8 @@
 processes share each listener port (SO_REUSEPORT), both take connections, the APIs keep
 answering while the supervisor restarts one killed with kill -9, a second `trellis dev` cannot
 join the ports, and SIGTERM stops both and frees them. The server also runs the
-`secrets_processes` it is given, each replica with its own instance id."""
+`secrets_processes` it is given, each replica with its own instance id, and the
+`crypto_processes`."""
 
 from __future__ import annotations
 
@@ -150,7 +151,9 @@ def test_two_gateways_share_the_ports_and_survive_kill_9(tmp_path: Path) -> None
 
 def test_server_runs_the_configured_gateway_processes(nats_url: str, tmp_path: Path) -> None:
     cfg, ports = server_config(nats_url, tmp_path)
-    cfg.write_text(cfg.read_text() + "gateway_processes: 2\nsecrets_processes: 2\n")
+    cfg.write_text(
+        cfg.read_text() + "gateway_processes: 2\nsecrets_processes: 2\ncrypto_processes: 2\n"
+    )
     proc = start_server(cfg)
     family: set[int] = set()
     try:
@@ -161,6 +164,13 @@ def test_server_runs_the_configured_gateway_processes(nats_url: str, tmp_path: P
         assert len(replicas) == 2, replicas
         # Each replica its own instance id (a lease holder) under the supervisor.
         assert len({_instance_id(p) for p in replicas}) == 2
+        # The crypto service and the one more worker process it starts.
+        (crypto,) = [p for p in direct_children(proc.pid) if child_role(p) == "crypto"]
+
+        def second_worker() -> bool:
+            return [child_role(p) for p in direct_children(crypto)] == ["crypto"]
+
+        until(second_worker, 30, "a second crypto worker process")
 
         def both_answer() -> bool:
             assert requests.get(health, timeout=10).status_code == 501
