@@ -381,6 +381,23 @@ def test_alloc_restart_and_signal(d: DevProcess, n: nomad.Nomad) -> None:
     assert r.status_code == 400
 
 
+def test_a_mock_driver_task_takes_a_signal(d: DevProcess, n: nomad.Nomad) -> None:
+    # As Nomad's mock_driver (python-nomad's own tests signal one): accepted, recorded.
+    mock = {"Name": "t", "Driver": "mock_driver", "Config": {"run_for": "0s"}}
+    n.jobs.register_job({"Job": job("mocksig", [mock], kind="service")})
+    [alloc] = running(n, "mocksig")
+    n.client.allocation.signal_allocation(alloc["ID"], "SIGUSR1", task="t")
+
+    def signalled() -> bool:
+        events = n.allocation.get_allocation(alloc["ID"])["TaskStates"]["t"]["Events"]
+        return any(e["Type"] == "Signaling" for e in events)
+
+    until(signalled, what='a "Signaling" event in the task state')
+    assert [a["ID"] for a in running(n, "mocksig")] == [alloc["ID"]]  # still running
+    r = http(d, "POST", f"/v1/client/allocation/{alloc['ID']}/signal", json={"Signal": "NOPE"})
+    assert r.status_code == 400
+
+
 def test_search_prefix(d: DevProcess, n: nomad.Nomad) -> None:
     n.jobs.register_job({"Job": job("searchable-1", [task("t", "print(1)")])})
     got = n.search.search("searchable", "jobs")

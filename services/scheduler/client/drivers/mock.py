@@ -18,6 +18,7 @@ class _MockHandle:
         self._exit_code = exit_code
         self._killed = asyncio.Event()
         self._run_for = run_for
+        self.signals: list[str] = []
 
     async def wait(self) -> ExitResult:
         if self._run_for <= 0:
@@ -32,6 +33,11 @@ class _MockHandle:
 
     async def kill(self, signal_name: str, grace: float) -> None:
         self._killed.set()
+
+    def signal(self, name: str) -> None:
+        """As Nomad's mock driver: a running task takes any signal and carries on (the task
+        runner records it as a "Signaling" event)."""
+        self.signals.append(name)
 
 
 class MockDriver:
