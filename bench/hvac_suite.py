@@ -39,11 +39,12 @@ TEST_DEPS = [
 PER_TEST_TIMEOUT = 300
 
 
-def ensure_venv(path: Path) -> Path:
+def ensure_venv(path: Path, deps: list[str] = TEST_DEPS) -> Path:
+    """A venv at `path` that sees the system's packages, with `deps` installed once."""
     python = path / "bin" / "python"
     if not python.exists():
         venv.create(path, system_site_packages=True, with_pip=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", *TEST_DEPS], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *deps], check=True)
     return python
 
 
@@ -102,6 +103,11 @@ def run(target: str, python: Path, src: Path, out: Path, select: str | None) -> 
     return outcomes(junit)
 
 
+def listing(title: str, test_ids: list[str]) -> str:
+    """A titled list of test ids, one per line, with its count."""
+    return f"{title} ({len(test_ids)}):\n" + "".join(f"  {t}\n" for t in test_ids)
+
+
 def summary(name: str, results: dict[str, str]) -> str:
     passed = sum(1 for v in results.values() if v == "passed")
     ran = sum(1 for v in results.values() if v != "skipped")
@@ -127,10 +133,8 @@ def main() -> int:
         only_trellis = sorted(
             t for t, v in trellis.items() if v == "passed" and bao.get(t) != "passed"
         )
-        print(f"pass against OpenBao only ({len(only_bao)}):")
-        print("".join(f"  {t}\n" for t in only_bao), end="")
-        print(f"pass against Trellis only ({len(only_trellis)}):")
-        print("".join(f"  {t}\n" for t in only_trellis), end="")
+        print(listing("pass against OpenBao only", only_bao), end="")
+        print(listing("pass against Trellis only", only_trellis), end="")
     print(f"logs and JUnit XML in {args.out}", file=sys.stderr)
     return 0
 
