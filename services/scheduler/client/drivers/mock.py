@@ -18,7 +18,6 @@ class _MockHandle:
         self._exit_code = exit_code
         self._killed = asyncio.Event()
         self._run_for = run_for
-        self.signals: list[str] = []
 
     async def wait(self) -> ExitResult:
         if self._run_for <= 0:
@@ -36,8 +35,7 @@ class _MockHandle:
 
     def signal(self, name: str) -> None:
         """As Nomad's mock driver: a running task takes any signal and carries on (the task
-        runner records it as a "Signaling" event)."""
-        self.signals.append(name)
+        runner records it as a "Signaling" event); there is no process to send it to."""
 
 
 class MockDriver:
